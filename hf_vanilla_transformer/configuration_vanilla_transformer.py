@@ -1,0 +1,266 @@
+"""Configuration of the Transformer of Vaswani et al. (2017), "Attention Is All You Need" (arXiv:1706.03762).
+
+Field names are Hugging Face's Marian/BART names; the paper's symbols (N, d_model, d_ff, h, P_drop) are accepted
+only by `VanillaTransformerConfig.from_paper` and the presets. Defaults are the paper's base model (Table 3).
+Every departure from the paper is a field whose default is the paper's value and whose docstring says "Deviation:".
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from transformers import PretrainedConfig
+
+# Paper symbols that users tend to pass straight to the constructor; they would be silently stored otherwise.
+PAPER_SYMBOLS = {
+    "N": "encoder_layers/decoder_layers",
+    "h": "encoder_attention_heads/decoder_attention_heads",
+    "d_ff": "encoder_ffn_dim/decoder_ffn_dim",
+    "P_drop": "dropout",
+    "d_k": "d_model / encoder_attention_heads",
+    "d_v": "d_model / encoder_attention_heads",
+    "eps_ls": "label_smoothing_factor in the TrainingArguments",
+}
+
+# Presets in paper symbols (Table 3) plus Hugging Face field overrides.
+PRESETS: dict[str, dict[str, Any]] = {
+    # Table 3 "base": 65M parameters with a 37k shared vocabulary.
+    "transformer-base": dict(N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1),
+    # Table 3 "big", EN-DE: P_drop 0.3.
+    "transformer-big": dict(N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3),
+    # §6.1: the big EN-FR model used P_drop 0.1 instead of 0.3.
+    "transformer-big-en-fr": dict(N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.1),
+    # Small presets for CPU work; same architecture, smaller sizes (Table 3 row C explores such sizes).
+    "transformer-small": dict(N=3, d_model=512, d_ff=2048, h=8, P_drop=0.3),
+    "transformer-tiny": dict(N=3, d_model=256, d_ff=1024, h=4, P_drop=0.1),
+    # Multi30k: 29,000 pairs overfit the base model. Deviations from the base model, chosen on Multi30k val:
+    # 3+3 layers, d_model 256, d_ff 1024, 4 heads (3-4x cheaper per token, as good as base on this data);
+    # P_drop 0.3 (0.1 overfits 29k pairs, about 1 BLEU worse).
+    "transformer-multi30k": dict(N=3, d_model=256, d_ff=1024, h=4, P_drop=0.3),
+}
+
+# Saved in config.json so that `pipeline("translation", model=dir, trust_remote_code=True)` finds the pipeline file
+# saved beside the weights. With this package imported, the task is registered natively instead (registration.py).
+_PIPELINE = {"impl": "pipeline_vanilla_translation.VanillaTranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+TRANSLATION_TASKS = ["translation"] + [
+    f"translation_{src}_to_{tgt}" for src in ("en", "de", "fr") for tgt in ("en", "de", "fr") if src != tgt
+]
+# Set by registration.py in the installed package only; a remote-code copy of this file keeps it False.
+NATIVE_PIPELINE = {"registered": False}
+
+_CHOICES = {
+    "position_embedding_type": ("sinusoidal", "learned"),
+    "sinusoidal_layout": ("interleaved", "concat", "fairseq"),
+    "activation_function": ("relu", "gelu", "silu", "swish", "gelu_new"),
+}
+_PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout")
+_POSITIVE_INTS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
+_BOOLS = (
+    "scale_embedding",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "normalize_before",
+    "add_final_layer_norm",
+    "lm_head_bias",
+    "use_cache",
+    "is_encoder_decoder",
+)
+
+
+class VanillaTransformerConfig(PretrainedConfig):
+    r"""Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
+
+    Defaults give the paper's base model (§3, Table 3): 6+6 post-LN layers, d_model 512, 8 heads, d_ff 2048,
+    P_drop 0.1, ReLU, embeddings scaled by √d_model, one matrix shared by both embeddings and the pre-softmax
+    projection (§3.4), interleaved sinusoidal positions (§3.5).
+
+    Args:
+        vocab_size: Size of the shared source/target vocabulary (§5.1: ~37000 BPE for EN-DE).
+        decoder_vocab_size: Target vocabulary size; `None` means `vocab_size`. Deviation: a different value
+            needs `share_encoder_decoder_embeddings=False` (separate vocabularies, as fairseq/OpenNMT models).
+        d_model: Model width d_model (§3, 512 base).
+        encoder_layers / decoder_layers: N (§3.1, 6).
+        encoder_attention_heads / decoder_attention_heads: h (§3.2.2, 8); d_k = d_v = d_model / h.
+        encoder_ffn_dim / decoder_ffn_dim: d_ff (§3.3, eq. (2), 2048).
+        activation_function: eq. (2) uses ReLU. Deviation: any other value.
+        dropout: P_drop (§5.4), applied to each sub-layer output and to embeddings + positions.
+        attention_dropout: Deviation: dropout on attention probabilities (paper: none, 0.0).
+        activation_dropout: Deviation: dropout after the FFN activation (paper: none, 0.0).
+        scale_embedding: Multiply embeddings by √d_model (§3.4). Deviation: False.
+        share_encoder_decoder_embeddings: One embedding matrix for source and target (§3.4). Deviation: False.
+        tie_word_embeddings: The pre-softmax projection is the target embedding matrix (§3.4). Deviation: False.
+        lm_head_bias: Deviation: a bias on the pre-softmax projection (Marian's `final_logits_bias`).
+        max_position_embeddings: Length of the position table; sinusoids extend past it on demand.
+        position_embedding_type: "sinusoidal" (§3.5). Deviation: "learned" (Table 3 row E, fairseq, BART).
+        sinusoidal_layout: "interleaved" = §3.5 as written, PE(pos, 2i) = sin, PE(pos, 2i+1) = cos.
+            Deviation: "concat" = Marian's [sin | cos] with the paper's frequencies; "fairseq" = [sin | cos] with
+            frequencies 10000^(-k / (d_model/2 - 1)) (tensor2tensor's timing signal).
+        position_offset: Deviation: index of the first position (fairseq: padding_idx + 1; paper: 0).
+        normalize_before: Deviation: pre-LN, x + Sublayer(LayerNorm(x)) (tensor2tensor v2, Annotated Transformer);
+            the paper is post-LN, LayerNorm(x + Sublayer(x)) (§3.1).
+        add_final_layer_norm: Deviation: a LayerNorm after each stack (pre-LN models, `nn.Transformer`).
+        layer_norm_eps: LayerNorm epsilon (not given in the paper; 1e-5 is PyTorch's and Marian's).
+        init_std: Standard deviation of the normal initialisation of linear and embedding weights.
+    """
+
+    model_type = "vanilla_transformer"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    decoder_vocab_size: int | None = None
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    scale_embedding: bool = True
+    share_encoder_decoder_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    lm_head_bias: bool = False
+    max_position_embeddings: int = 1024
+    position_embedding_type: str = "sinusoidal"
+    sinusoidal_layout: str = "interleaved"
+    position_offset: int = 0
+    normalize_before: bool = False
+    add_final_layer_norm: bool = False
+    layer_norm_eps: float = 1e-5
+    init_std: float = 0.02
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+    bos_token_id: int | None = 0
+    pad_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    # The decoder starts from <pad> (Marian's convention), so that exports to Marian/CTranslate2 decode alike.
+    decoder_start_token_id: int | None = 1
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        for symbol, field in PAPER_SYMBOLS.items():
+            if symbol in kwargs:
+                raise ValueError(
+                    f"`{symbol}` is a paper symbol, not a config field (got {symbol}={kwargs[symbol]!r}). "
+                    f"Set `{field}`, or use VanillaTransformerConfig.from_paper({symbol}=...)."
+                )
+        if NATIVE_PIPELINE["registered"]:
+            # pipeline() would take the remote-code route (and demand trust_remote_code) if the config listed it.
+            kwargs.pop("custom_pipelines", None)
+        self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field; each error names the field, the value and the fix."""
+        for name in (*_POSITIVE_INTS, "decoder_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in _BOOLS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        for name in _PROBABILITIES:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}. The paper uses 0.1.")
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"`{name}` must be one of {choices}, got {getattr(self, name)!r}.")
+        for side in ("encoder", "decoder"):
+            heads = getattr(self, f"{side}_attention_heads")
+            if self.d_model % heads:
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must be divisible by `{side}_attention_heads` ({heads}) so that "
+                    "d_k = d_model / h (§3.2.2) is an integer. Change one of them."
+                )
+        if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"`d_model` must be even for sinusoidal positions (§3.5), got {self.d_model}.")
+        if isinstance(self.position_offset, bool) or not isinstance(self.position_offset, int):
+            raise ValueError(f"`position_offset` must be a non-negative integer, got {self.position_offset!r}.")
+        if self.position_offset < 0:
+            raise ValueError(f"`position_offset` must be a non-negative integer, got {self.position_offset!r}.")
+        for name in ("layer_norm_eps", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"`decoder_vocab_size` ({self.decoder_vocab_size}) differs from `vocab_size` ({self.vocab_size}) "
+                "but `share_encoder_decoder_embeddings=True` needs one shared vocabulary (§3.4). Set "
+                "share_encoder_decoder_embeddings=False for separate vocabularies."
+            )
+        for name in ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"`{name}` must be an integer token id or None, got {value!r}.")
+            limit = self.vocab_size if name in ("bos_token_id",) else self.decoder_vocab_size
+            limit = min(self.vocab_size, self.decoder_vocab_size) if name == "pad_token_id" else limit
+            if value is not None and not 0 <= value < limit:
+                raise ValueError(
+                    f"`{name}` must lie inside the vocabulary [0, {limit}), got {value}. Use the id your tokenizer "
+                    "gives this token, or enlarge the vocabulary."
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        if "auto_map" in output:
+            output["custom_pipelines"] = {task: dict(_PIPELINE) for task in TRANSLATION_TASKS}
+        return output
+
+    @classmethod
+    def from_paper(
+        cls,
+        *,
+        N: int = 6,  # noqa: N803 - the paper's symbols, on purpose
+        d_model: int = 512,
+        d_ff: int = 2048,
+        h: int = 8,
+        P_drop: float = 0.1,  # noqa: N803
+        **hf_overrides: Any,
+    ) -> VanillaTransformerConfig:
+        """Build a config from the paper's symbols (Table 3); other fields by their Hugging Face names."""
+        fields: dict[str, Any] = dict(
+            encoder_layers=N,
+            decoder_layers=N,
+            d_model=d_model,
+            encoder_ffn_dim=d_ff,
+            decoder_ffn_dim=d_ff,
+            encoder_attention_heads=h,
+            decoder_attention_heads=h,
+            dropout=P_drop,
+        )
+        fields.update(hf_overrides)
+        return cls(**fields)
+
+    @classmethod
+    def from_preset(cls, name: str, **hf_overrides: Any) -> VanillaTransformerConfig:
+        """A named preset (see `PRESETS`), e.g. `from_preset("transformer-base", vocab_size=37000)`."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}. Choose one of: {', '.join(PRESETS)}.")
+        paper = dict(PRESETS[name])
+        paper_keys = ("N", "d_model", "d_ff", "h", "P_drop")
+        for key in paper_keys:
+            if key in hf_overrides:
+                paper[key] = hf_overrides.pop(key)
+        return cls.from_paper(**paper, **hf_overrides)
+
+
+__all__ = ["PRESETS", "VanillaTransformerConfig"]

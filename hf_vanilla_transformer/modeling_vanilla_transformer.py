@@ -1,0 +1,727 @@
+"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need" (arXiv:1706.03762): one file, in paper order.
+
+Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
+F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
+This file imports only torch and transformers, so that a saved folder loads with `trust_remote_code=True`.
+"""
+
+import math
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+PIPELINE_FILE = "pipeline_vanilla_translation.py"
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing (§3.1: "output embeddings are offset by one position"): the decoder input is the target
+    shifted right behind the start token; -100 (ignored label) becomes padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """§3.2.1 Scaled Dot-Product Attention, eq. (1): softmax(Q Kᵀ / √d_k) V.
+
+    query (B, H, T, Dh); key, value (B, H, L, Dh); additive attention_mask (B, 1, T, L) with large negative values
+    at masked positions (§3.2.3: "setting to −∞"). Returns the output (B, T, H, Dh) and the weights (B, H, T, L).
+    """
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T, L)
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+    # Deviation hook: attention dropout is not in the paper; config.attention_dropout defaults to 0.
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, H, T, Dh) -> (B, T, H, Dh)
+    return attn_output, attn_weights
+
+
+class VanillaTransformerAttention(nn.Module):
+    """§3.2.2 Multi-Head Attention: Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The h projections of size d_model × d_k are stored side by side in one d_model × d_model matrix per role
+    (`q_proj`, `k_proj`, `v_proj`); `out_proj` is W^O. Biases follow every reference implementation (the paper is
+    silent). The backend comes from transformers' attention interface; eager is eq. (1) above.
+    """
+
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        num_heads: int,
+        is_causal: bool = False,
+        layer_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_dim = config.d_model
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5  # 1 / √d_k
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal  # read by the sdpa/flash backends
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.k_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.v_proj = nn.Linear(self.embed_dim, self.embed_dim)
+        self.out_proj = nn.Linear(self.embed_dim, self.embed_dim)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states (B, T, D) give the queries; keys and values come from key_value_states (B, S, D) for
+        encoder-decoder attention (§3.2.3), else from hidden_states. Returns (B, T, D) and the weights."""
+        is_cross_attention = key_value_states is not None
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
+
+        cache: Cache | None = None
+        is_updated = False
+        if isinstance(past_key_values, EncoderDecoderCache):
+            is_updated = bool(past_key_values.is_updated.get(self.layer_idx))
+            if is_cross_attention:
+                cache = past_key_values.cross_attention_cache
+            else:
+                cache = past_key_values.self_attention_cache
+        elif past_key_values is not None:
+            cache = past_key_values
+
+        if is_cross_attention and cache is not None and is_updated:
+            # The encoder output does not change while decoding: its K/V were projected at the first step.
+            key_states = cache.layers[self.layer_idx].keys
+            value_states = cache.layers[self.layer_idx].values
+        else:
+            current_states = key_value_states if is_cross_attention else hidden_states
+            kv_shape = (*current_states.shape[:-1], -1, self.head_dim)
+            key_states = self.k_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
+            value_states = self.v_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
+            if cache is not None:
+                key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+                if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()  # (B, T, H, Dh) -> (B, T, D)
+        return self.out_proj(attn_output), attn_weights
+
+
+def sinusoid_table(num_positions: int, dim: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
+    """§3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+
+    Returns rows for positions offset, ..., offset + num_positions - 1: (num_positions, dim).
+    layout="interleaved" is the paper. Deviation: "concat" = Marian's [sin | cos] with the same frequencies (a fixed
+    permutation of the feature axis); "fairseq" = [sin | cos] with frequencies 10000^(-k / (dim/2 - 1)), computed in
+    float32 as fairseq does so that converted models match it bit for bit.
+    """
+    half = dim // 2
+    if layout == "fairseq":
+        freqs = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+        angles = torch.arange(offset, offset + num_positions, dtype=torch.float).unsqueeze(1) * freqs.unsqueeze(0)
+        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    # float64 so that positions in the thousands keep full float32 accuracy.
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # 10000^(-2i/d_model): (dim/2,)
+    angles = torch.arange(offset, offset + num_positions, dtype=torch.float64).unsqueeze(1) * inv_freq
+    if layout == "concat":
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+    else:
+        table = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)  # (P, dim/2, 2) -> (P, dim)
+    return table.float()
+
+
+class VanillaTransformerSinusoidalPositionalEmbedding(nn.Module):
+    """§3.5 Positional Encoding: a fixed table, a non-persistent buffer (not saved; refilled by `_init_weights`
+    after `from_pretrained`). Positions past the table are computed on demand ("extrapolate to sequence lengths
+    longer than the ones encountered during training")."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__()
+        self.dim = config.d_model
+        self.layout = config.sinusoidal_layout
+        self.offset = config.position_offset
+        self.register_buffer("table", self.create_table(config.max_position_embeddings), persistent=False)
+
+    def create_table(self, num_positions: int) -> torch.Tensor:
+        return sinusoid_table(num_positions, self.dim, self.layout, self.offset)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """position_ids (T,) from 0 -> (T, D)."""
+        needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
+        table = self.table
+        if needed > table.shape[0]:
+            table = self.create_table(needed).to(device=table.device, dtype=table.dtype)
+        return table[position_ids]
+
+
+class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
+    """Deviation: learned positions (Table 3 row E; fairseq `--*-learned-pos`, BART) instead of §3.5's sinusoids.
+    Row `position_offset + pos` holds position pos."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config.max_position_embeddings + config.position_offset, config.d_model)
+        self.offset = config.position_offset
+        self.max_positions = config.max_position_embeddings
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """position_ids (T,) from 0 -> (T, D)."""
+        if position_ids.numel() and int(position_ids.max()) >= self.max_positions:
+            raise ValueError(
+                f"Input of {int(position_ids.max()) + 1} positions exceeds `max_position_embeddings` "
+                f"({self.max_positions}) of this model's learned position table. Truncate the input "
+                "(tokenizer truncation=True, max_length=...); learned positions cannot be extended."
+            )
+        return super().forward(position_ids + self.offset)
+
+
+def build_positional_embedding(config: VanillaTransformerConfig) -> nn.Module:
+    if config.position_embedding_type == "learned":
+        return VanillaTransformerLearnedPositionalEmbedding(config)
+    return VanillaTransformerSinusoidalPositionalEmbedding(config)
+
+
+class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
+    """§3.1 Encoder layer, Figure 1 (left): self-attention then the position-wise FFN (§3.3, eq. (2)), each as
+    LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
+    Deviation: `normalize_before` gives x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__()
+        self.normalize_before = config.normalize_before
+        self.dropout = config.dropout
+        self.activation_dropout = config.activation_dropout
+        self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)  # W1, b1
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)  # W2, b2
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        """hidden_states (B, S, D); attention_mask as built by `create_bidirectional_mask`. Returns (B, S, D)."""
+        # Self Attention
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        # Fully Connected, eq. (2): max(0, x W1 + b1) W2 + b2
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = self.fc2(hidden_states)
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+    """§3.1 Decoder layer, Figure 1 (right): masked self-attention, encoder-decoder attention (§3.2.3), FFN, each
+    as LayerNorm(x + Dropout(Sublayer(x))). Deviation: `normalize_before` (pre-LN)."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.normalize_before = config.normalize_before
+        self.dropout = config.dropout
+        self.activation_dropout = config.activation_dropout
+        heads = config.decoder_attention_heads
+        self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VanillaTransformerAttention(config, heads, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.fc1 = nn.Linear(config.d_model, config.decoder_ffn_dim)
+        self.fc2 = nn.Linear(config.decoder_ffn_dim, config.d_model)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        """hidden_states (B, T, D); encoder_hidden_states (B, S, D). Returns (B, T, D)."""
+        # Masked Self Attention (§3.2.3: position i attends to positions ≤ i)
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
+        )
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        # Encoder-Decoder Attention: queries from the decoder, keys and values from the encoder output
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            attention_mask=encoder_attention_mask,
+            **kwargs,
+        )
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+
+        # Fully Connected, eq. (2)
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = self.fc2(hidden_states)
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, attention backends and remote-code saving shared by every model class."""
+
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, VanillaTransformerSinusoidalPositionalEmbedding):
+            # from_pretrained creates non-persistent buffers empty; the table must be computed again.
+            init.copy_(module.table, module.create_table(module.table.shape[0]))
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # `_tied_weights_keys` is built per instance from the config (see __init__s), so it already says exactly
+        # which weights are shared; transformers would otherwise drop all of them when tie_word_embeddings=False,
+        # including the encoder/decoder embedding sharing.
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys or {})
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """`PreTrainedModel.save_pretrained`, plus the translation pipeline file next to the code files, so that
+        `pipeline("translation", model=dir, trust_remote_code=True)` works where this package is not installed."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        pipeline_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), PIPELINE_FILE)
+        if os.path.isfile(pipeline_file) and "auto_map" in self.config.to_dict():
+            shutil.copy(pipeline_file, os.path.join(save_directory, PIPELINE_FILE))
+
+
+class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+    """§3.1 Encoder: a stack of N `VanillaTransformerEncoderLayer`s over scaled embeddings plus positions."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerEncoderLayer,
+        "attentions": VanillaTransformerAttention,
+    }
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = build_positional_embedding(config)
+        self.layers = nn.ModuleList([VanillaTransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
+        # Deviation: a final LayerNorm after the stack (pre-LN models and nn.Transformer).
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.add_final_layer_norm else None
+        )
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        """input_ids (B, S); attention_mask (B, S), 1 = token, 0 = padding; or inputs_embeds (B, S, D), unscaled
+        embeddings (scaled by √d_model here, as looked-up ones). Returns last_hidden_state (B, S, D)."""
+        inputs_embeds = embed(self, input_ids, inputs_embeds, "input_ids")
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        # §5.4: dropout on the sums of the embeddings and the positional encodings.
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        check_mask(attention_mask, inputs_embeds, "attention_mask")
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+    """§3.1 Decoder: a stack of N `VanillaTransformerDecoderLayer`s, auto-regressive through the causal mask."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerDecoderLayer,
+        "attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = build_positional_embedding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.add_final_layer_norm else None
+        )
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """input_ids (B, T) (only the new tokens when a cache is given); attention_mask (B, L);
+        encoder_hidden_states (B, S, D); encoder_attention_mask (B, S). Returns last_hidden_state (B, T, D)."""
+        inputs_embeds = embed(self, input_ids, inputs_embeds, "decoder_input_ids")
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states`: run the encoder first (or pass input_ids).")
+        if encoder_hidden_states.shape[0] != inputs_embeds.shape[0]:
+            raise ValueError(
+                f"Batch sizes differ: {encoder_hidden_states.shape[0]} source rows but {inputs_embeds.shape[0]} "
+                "target rows. Pass as many decoder_input_ids rows as input_ids rows."
+            )
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        batch_size, seq_length = inputs_embeds.shape[:2]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = torch.arange(past_length, past_length + seq_length, device=inputs_embeds.device)
+        if attention_mask is None:
+            attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
+        self_attention_cache = (
+            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, for gradient checkpointing
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+
+def embed(
+    stack: VanillaTransformerEncoder | VanillaTransformerDecoder,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    name: str,
+) -> torch.Tensor:
+    """§3.4 Embeddings: look up (or take) the embeddings and multiply them by √d_model. Returns (B, T, D)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        got = "both" if input_ids is not None else "neither"
+        raise ValueError(f"Pass exactly one of `{name}` or its `*inputs_embeds` (got {got}).")
+    if input_ids is not None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(input_ids.shape)}.")
+        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            raise ValueError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}.")
+        vocab = stack.embed_tokens.num_embeddings
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+            bad = int(input_ids.min()) if int(input_ids.min()) < 0 else int(input_ids.max())
+            raise ValueError(
+                f"`{name}` holds token id {bad}, outside the vocabulary [0, {vocab}). Use the tokenizer saved "
+                "with this model (labels of -100 belong in `labels`, not in the inputs)."
+            )
+        inputs_embeds = stack.embed_tokens(input_ids)
+    return inputs_embeds * stack.embed_scale
+
+
+def check_mask(attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor, name: str) -> None:
+    """A mask whose shape disagrees with the inputs fails deep inside the attention; say so here instead."""
+    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape != inputs_embeds.shape[:2]:
+        raise ValueError(
+            f"`{name}` has shape {tuple(attention_mask.shape)} but the inputs have shape "
+            f"{tuple(inputs_embeds.shape[:2])}. Pass the mask the tokenizer returned with these input_ids."
+        )
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """§3 The encoder-decoder without the output projection; `shared` is the §3.4 embedding matrix."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self.shared = None
+            self._tied_weights_keys = None
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        """Encode input_ids (B, S) (or reuse encoder_outputs), decode decoder_input_ids (B, T).
+        Returns last_hidden_state (B, T, D) and the caches/attentions asked for."""
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
+    shared embedding matrix itself (three-way tying)."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=config.lm_head_bias)
+        tied: dict[str, str] = {}
+        if config.share_encoder_decoder_embeddings:
+            tied = {
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+            }
+        if config.tie_word_embeddings:
+            source = "model.shared.weight" if config.share_encoder_decoder_embeddings else None
+            tied["lm_head.weight"] = source or "model.decoder.embed_tokens.weight"
+        self._tied_weights_keys = tied or None
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        """As `VanillaTransformerModel.forward`, plus logits (B, T, V). labels (B, T): target ids, -100 ignored;
+        without decoder_input_ids they are shifted right into the decoder input (no further shift in the loss).
+        The loss is token-level cross-entropy (mean, or sum / num_items_in_batch under gradient accumulation);
+        label smoothing (§5.4) comes from the Trainer's `label_smoothing_factor`."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            decoder_attention_mask=decoder_attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, D) -> (B, T, V)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(logits.shape[:2])}. "
+                    "Pass labels with one id per decoder position."
+                )
+            reduction = "mean" if num_items_in_batch is None else "sum"
+            loss = nn.functional.cross_entropy(
+                logits.float().flatten(0, 1),
+                labels.flatten().to(logits.device),
+                ignore_index=-100,
+                reduction=reduction,
+            )
+            if num_items_in_batch is not None:
+                loss = loss / num_items_in_batch
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by `DataCollatorForSeq2Seq` so that the Trainer's label smoothing sees decoder inputs."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+]
