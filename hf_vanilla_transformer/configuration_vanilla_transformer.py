@@ -7,6 +7,8 @@ Every departure from the paper is a field whose default is the paper's value and
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
@@ -237,6 +239,14 @@ class VanillaTransformerConfig(PretrainedConfig):
         **hf_overrides: Any,
     ) -> VanillaTransformerConfig:
         """Build a config from the paper's symbols (Table 3); other fields by their Hugging Face names."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        for key in hf_overrides:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" Did you mean `{close[0]}`?" if close else ""
+                raise ValueError(
+                    f"`{key}` is not a VanillaTransformerConfig field (got {key}={hf_overrides[key]!r}).{hint}"
+                )
         fields: dict[str, Any] = dict(
             encoder_layers=N,
             decoder_layers=N,

@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny configs and models (CPU, seconds)."""
+
+import pytest
+import torch
+
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+VOCAB = 61
+
+
+def tiny_config(**overrides: object) -> VanillaTransformerConfig:
+    """A 2+2-layer model of width 32 with the paper's architecture (post-LN, sinusoids, 3-way tying)."""
+    fields: dict = dict(vocab_size=VOCAB, max_position_embeddings=64, dropout=0.0)
+    fields.update(overrides)
+    return VanillaTransformerConfig.from_paper(N=2, d_model=32, d_ff=64, h=4, **fields)
+
+
+def tiny_model(seed: int = 0, **overrides: object) -> VanillaTransformerForConditionalGeneration:
+    torch.manual_seed(seed)
+    return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+
+
+def random_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 6, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded source rows of different lengths (ids 4.. avoid the special tokens) and target ids."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(4, VOCAB, (batch, src_len), generator=gen)
+    attention_mask = torch.ones_like(input_ids)
+    for row in range(1, batch):
+        length = max(2, src_len - 2 * row)
+        input_ids[row, length:] = 1
+        attention_mask[row, length:] = 0
+    input_ids[:, 0] = torch.randint(4, VOCAB, (batch,), generator=gen)
+    labels = torch.randint(4, VOCAB, (batch, tgt_len), generator=gen)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+@pytest.fixture
+def model() -> VanillaTransformerForConditionalGeneration:
+    return tiny_model()
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over "w4" ... "w60" with the model's special ids, appending </s> like the real one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3} | {f"w{i}": i for i in range(4, VOCAB)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )

@@ -1,0 +1,239 @@
+"""Model behaviour: caching, padding, backends, saving, tying variants, loss, outputs, checkpointing, input errors."""
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoModel, AutoModelForSeq2SeqLM
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+
+from .conftest import VOCAB, random_batch, tiny_model
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_cached_and_uncached_generation_give_the_same_tokens(num_beams: int) -> None:
+    model = tiny_model(seed=1)
+    batch = random_batch()
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=12)
+    kwargs |= dict(num_beams=num_beams, do_sample=False, eos_token_id=None if num_beams == 1 else 2)
+    cached = model.generate(**kwargs, use_cache=True)
+    uncached = model.generate(**kwargs, use_cache=False)
+    assert torch.equal(cached, uncached)
+    assert cached.shape[1] > 1
+
+
+def test_incremental_decoding_matches_full_forward() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    decoder_input_ids = torch.full((3, 1), 1)
+    full = model(**batch).logits
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    past = None
+    steps = []
+    for t in range(decoder_input_ids.shape[1]):
+        out = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_input_ids[:, t : t + 1],
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = out.past_key_values
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_padded_batch_equals_each_example_alone() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    together = model(**batch).logits
+    generated = model.generate(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=8, num_beams=2
+    )
+    for row in range(3):
+        length = int(batch["attention_mask"][row].sum())
+        alone_ids = batch["input_ids"][row : row + 1, :length]
+        alone = model(input_ids=alone_ids, labels=batch["labels"][row : row + 1]).logits
+        torch.testing.assert_close(together[row : row + 1], alone, atol=1e-5, rtol=1e-5)
+        alone_generated = model.generate(input_ids=alone_ids, max_new_tokens=8, num_beams=2)
+        width = alone_generated.shape[1]
+        assert torch.equal(generated[row, :width], alone_generated[0])
+        assert torch.all(generated[row, width:] == model.config.pad_token_id)
+
+
+def test_eager_equals_sdpa() -> None:
+    batch = random_batch()
+    sdpa = tiny_model()
+    assert sdpa.config._attn_implementation == "sdpa"
+    eager = tiny_model()
+    eager.set_attn_implementation("eager")
+    torch.testing.assert_close(eager(**batch).logits, sdpa(**batch).logits, atol=1e-5, rtol=1e-5)
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=10)
+    assert torch.equal(eager.generate(**kwargs, num_beams=3), sdpa.generate(**kwargs, num_beams=3))
+
+
+def test_save_load_is_bit_exact_safetensors_only(tmp_path) -> None:
+    model = tiny_model()
+    batch = random_batch()
+    model.save_pretrained(tmp_path)
+    files = {p.name for p in tmp_path.iterdir()}
+    assert "model.safetensors" in files and not any(f.endswith((".bin", ".pt", ".pth")) for f in files)
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        keys = set(weights.keys())
+    # One tensor for the 4 tied matrices; sinusoid tables are not saved.
+    assert "model.shared.weight" in keys and "lm_head.weight" not in keys
+    assert not any("embed_tokens" in key or "embed_positions" in key for key in keys)
+    loaded, info = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert all(not value for value in info.values()), info
+    loaded.eval()
+    assert loaded.lm_head.weight is loaded.model.shared.weight
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
+    # The non-persistent sinusoid table is recomputed, not left empty after loading on the meta device.
+    table = loaded.model.encoder.embed_positions.table
+    torch.testing.assert_close(table, sinusoid_table(64, 32), atol=0, rtol=0)
+
+
+def test_base_model_and_lm_checkpoints_load_into_each_other(tmp_path) -> None:
+    tiny_model().save_pretrained(tmp_path / "lm")
+    base, info = AutoModel.from_pretrained(tmp_path / "lm", output_loading_info=True)
+    assert isinstance(base, VanillaTransformerModel) and not info["missing_keys"] and not info["unexpected_keys"]
+
+
+@pytest.mark.parametrize(
+    ("share", "tie", "stored"),
+    [
+        (True, True, {"model.shared.weight"}),
+        (True, False, {"model.shared.weight", "lm_head.weight"}),
+        (False, True, {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}),
+        (False, False, {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"}),
+    ],
+)
+def test_tying_variants_save_and_load(tmp_path, share: bool, tie: bool, stored: set[str]) -> None:
+    overrides = dict(share_encoder_decoder_embeddings=share, tie_word_embeddings=tie)
+    if not share:
+        overrides["decoder_vocab_size"] = VOCAB - 10
+    model = tiny_model(**overrides)
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        embedding_keys = {k for k in weights.keys() if "embed_tokens" in k or "shared" in k or "lm_head" in k}
+    assert embedding_keys == stored
+    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert all(not value for value in info.values()), info
+    ptr = loaded.lm_head.weight.data_ptr()
+    assert (ptr == loaded.model.decoder.embed_tokens.weight.data_ptr()) == tie
+    encoder_ptr = loaded.model.encoder.embed_tokens.weight.data_ptr()
+    assert (encoder_ptr == loaded.model.decoder.embed_tokens.weight.data_ptr()) == share
+    batch = random_batch()
+    batch["labels"] = batch["labels"].clamp(max=VOCAB - 11)
+    torch.testing.assert_close(loaded.eval()(**batch).logits, model(**batch).logits, atol=0, rtol=0)
+
+
+def test_loss_is_unshifted_cross_entropy_with_ignored_labels() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    batch["labels"][0, -2:] = -100
+    out = model(**batch)
+    # Decoder inputs are the labels shifted right behind the start token, so logits[:, t] predicts labels[:, t].
+    decoder_input_ids = torch.cat([torch.full((3, 1), 1), batch["labels"][:, :-1].clamp(min=1)], 1)
+    decoder_input_ids[0, -1] = 1  # the -100 that was shifted in became padding
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+    ).logits
+    torch.testing.assert_close(out.logits, logits)
+    log_probs = torch.log_softmax(logits.double(), -1)
+    picked = [
+        -log_probs[b, t, batch["labels"][b, t]] for b in range(3) for t in range(6) if batch["labels"][b, t] >= 0
+    ]
+    assert math.isclose(out.loss.item(), (sum(picked) / len(picked)).item(), rel_tol=1e-5)
+    summed = model(**batch, num_items_in_batch=torch.tensor(100)).loss
+    assert math.isclose(summed.item(), sum(picked).item() / 100, rel_tol=1e-5)
+
+
+def test_output_attentions_and_hidden_states() -> None:
+    model = tiny_model()
+    model.set_attn_implementation("eager")
+    out = model(**random_batch(), output_attentions=True, output_hidden_states=True)
+    assert len(out.encoder_attentions) == 2 and len(out.decoder_attentions) == 2 and len(out.cross_attentions) == 2
+    assert len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3
+    assert out.encoder_attentions[0].shape == (3, 4, 9, 9)
+    assert out.cross_attentions[0].shape == (3, 4, 6, 9)
+    torch.testing.assert_close(out.cross_attentions[1].sum(-1), torch.ones(3, 4, 6))
+    # Padded source positions get no cross-attention.
+    assert torch.all(out.cross_attentions[0][2, :, :, 5:] == 0)
+
+
+def test_return_dict_false_gives_a_tuple() -> None:
+    out = tiny_model()(**random_batch(), return_dict=False)
+    assert isinstance(out, tuple) and out[0].ndim == 0 and out[1].shape == (3, 6, VOCAB)
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    batch = random_batch()
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(dropout=0.0).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model(**batch).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5)
+
+
+def test_sinusoids_extend_past_the_table_and_learned_positions_refuse() -> None:
+    model = tiny_model()
+    long_ids = torch.randint(4, VOCAB, (1, 80))  # max_position_embeddings is 64
+    out = model(input_ids=long_ids, decoder_input_ids=long_ids)
+    assert torch.isfinite(out.logits).all()
+    learned = tiny_model(position_embedding_type="learned")
+    with pytest.raises(ValueError, match="exceeds `max_position_embeddings` \\(64\\)"):
+        learned(input_ids=long_ids, decoder_input_ids=long_ids[:, :5])
+
+
+def test_bad_inputs_get_clear_errors() -> None:
+    model = tiny_model()
+    ids = torch.randint(4, VOCAB, (2, 5))
+    with pytest.raises(ValueError, match=f"token id {VOCAB}, outside the vocabulary \\[0, {VOCAB}\\)"):
+        model(input_ids=torch.full((2, 5), VOCAB), decoder_input_ids=ids)
+    with pytest.raises(ValueError, match="token id -100"):
+        model(input_ids=ids, decoder_input_ids=torch.full((2, 5), -100))
+    with pytest.raises(ValueError, match="Batch sizes differ: 2 source rows but 3 target rows"):
+        model(input_ids=ids, decoder_input_ids=torch.randint(4, VOCAB, (3, 4)))
+    with pytest.raises(ValueError, match=r"Pass exactly one of `input_ids` or its `\*inputs_embeds` \(got neither\)"):
+        model(decoder_input_ids=ids)
+    with pytest.raises(ValueError, match=r"must hold integer token ids, got dtype torch\.float32"):
+        model(input_ids=ids.float(), decoder_input_ids=ids)
+    with pytest.raises(ValueError, match="`attention_mask` has shape \\(2, 4\\)"):
+        model(input_ids=ids, attention_mask=torch.ones(2, 4), decoder_input_ids=ids)
+
+
+def test_inputs_embeds_match_input_ids() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    embeds = model.get_input_embeddings()(batch["input_ids"])
+    by_ids = model(**batch).logits
+    by_embeds = model(inputs_embeds=embeds, attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
+    torch.testing.assert_close(by_ids, by_embeds)
+
+
+def test_saved_config_carries_auto_map_and_translation_pipeline(tmp_path) -> None:
+    tiny_model().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("VanillaTransformerForConditionalGeneration")
+    assert (
+        config["custom_pipelines"]["translation"]["impl"] == "pipeline_vanilla_translation.VanillaTranslationPipeline"
+    )
+    code = {p.name for p in tmp_path.glob("*.py")}
+    assert code == {
+        "configuration_vanilla_transformer.py",
+        "modeling_vanilla_transformer.py",
+        "pipeline_vanilla_translation.py",
+    }
