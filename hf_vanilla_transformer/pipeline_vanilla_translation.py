@@ -12,7 +12,8 @@ class VanillaTranslationPipeline(Pipeline):
     """Translate text with an encoder-decoder model.
 
     `pipeline("translation", model=...)(["A man.", "A dog."], batch_size=2, num_beams=4, max_new_tokens=64)` returns
-    one `[{"translation_text": ...}]` list per input (or one list for a single string). Generation parameters are
+    `[{"translation_text": ...}, ...]`, one dict per input (a list of dicts per input with num_return_sequences > 1);
+    a single string gives `[{"translation_text": ...}]`. Generation parameters are
     passed to `model.generate`; the model's own `generation_config` (e.g. the paper's beam 4, α 0.6) is the default.
     """
 
@@ -61,7 +62,11 @@ class VanillaTranslationPipeline(Pipeline):
             return super().__call__(inputs, **kwargs)
         if not isinstance(inputs, (list, tuple)) or not all(isinstance(text, str) for text in inputs):
             raise ValueError(f"`inputs` must be a string or a list of strings, got {type(inputs).__name__}.")
-        return super().__call__(list(inputs), **kwargs)
+        results = super().__call__(list(inputs), **kwargs)
+        # As transformers 4: one dict per input unless several sequences per input were asked for.
+        if all(len(result) == 1 for result in results):
+            return [result[0] for result in results]
+        return results
 
     def preprocess(self, text: str, truncation: bool = True) -> dict[str, Any]:
         prefix = self.prefix or ""

@@ -1,0 +1,114 @@
+"""pipeline("translation") with the package imported, and the saved folder as remote code where it is not."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import pipeline
+
+from .conftest import tiny_model, tiny_tokenizer
+
+SENTENCES = ["w5 w6 w7 w8", "w9 w10", "w11 w12 w13 w14 w15 w16"]
+
+
+@pytest.fixture(scope="module")
+def saved_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("model")
+    tiny_model(seed=3).save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return directory
+
+
+def reference_translations(directory: Path, **generate_kwargs: object) -> list[str]:
+    model = tiny_model(seed=3)
+    tokenizer = tiny_tokenizer()
+    outputs = []
+    for text in SENTENCES:
+        ids = model.generate(**tokenizer(text, return_tensors="pt"), **generate_kwargs)
+        outputs.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    return outputs
+
+
+@pytest.mark.parametrize("task", ["translation", "translation_en_to_de"])
+def test_translation_pipeline_with_the_package(saved_dir: Path, task: str) -> None:
+    translator = pipeline(task, model=str(saved_dir))
+    expected = reference_translations(saved_dir, max_new_tokens=7)
+    single = translator(SENTENCES[0], max_new_tokens=7)
+    assert single == [{"translation_text": expected[0]}]
+    batched = translator(SENTENCES, batch_size=2, max_new_tokens=7)
+    assert batched == [{"translation_text": text} for text in expected]
+    if task != "translation":
+        assert (translator.src_lang, translator.tgt_lang) == ("en", "de")
+
+
+def test_pipeline_generation_parameters(saved_dir: Path) -> None:
+    translator = pipeline("translation", model=str(saved_dir))
+    short = translator(SENTENCES[2], max_new_tokens=2)[0]["translation_text"]
+    assert len(short.split()) <= 2
+    several = translator(SENTENCES, num_beams=3, num_return_sequences=2, max_new_tokens=5)
+    assert len(several) == 3 and all(len(item) == 2 for item in several)
+    beams = reference_translations(saved_dir, num_beams=3, max_new_tokens=5)
+    assert [item[0]["translation_text"] for item in several] == beams
+
+
+REMOTE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    class BlockPackage:  # this process must not be able to import the package
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_vanilla_transformer":
+                raise ImportError("blocked: " + name)
+    sys.meta_path.insert(0, BlockPackage())
+    try:
+        import hf_vanilla_transformer
+        raise SystemExit("the package is importable")
+    except ImportError:
+        pass
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+    directory, sentences, out_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    batch = tokenizer(sentences, return_tensors="pt", padding=True)
+    generated = model.generate(**batch, num_beams=3, max_new_tokens=6)
+    translator = pipeline("translation", model=directory, trust_remote_code=True)
+    pair = pipeline("translation_en_to_de", model=directory, trust_remote_code=True)
+    json.dump(obj={
+        "module": type(model).__module__,
+        "logits": model(**batch, decoder_input_ids=batch["input_ids"]).logits.tolist(),
+        "beam": generated.tolist(),
+        "pipeline": translator(sentences, max_new_tokens=7),
+        "pipeline_pair": pair(sentences[0], max_new_tokens=7),
+    }, fp=open(out_file, "w"))
+    """
+)
+
+
+def test_remote_code_in_a_process_without_the_package(saved_dir: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", REMOTE_SCRIPT, str(saved_dir), json.dumps(SENTENCES), str(tmp_path / "out.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads((tmp_path / "out.json").read_text())
+    assert remote["module"].startswith("transformers_modules")
+    model, tokenizer = tiny_model(seed=3), tiny_tokenizer()
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    logits = model(**batch, decoder_input_ids=batch["input_ids"]).logits
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, atol=0, rtol=0)
+    assert remote["beam"] == model.generate(**batch, num_beams=3, max_new_tokens=6).tolist()
+    expected = reference_translations(saved_dir, max_new_tokens=7)
+    assert remote["pipeline"] == [{"translation_text": text} for text in expected]
+    assert remote["pipeline_pair"] == [{"translation_text": expected[0]}]
