@@ -221,6 +221,15 @@ class VanillaTransformerConfig(PretrainedConfig):
                     "gives this token, or enlarge the vocabulary."
                 )
 
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> Any:
+        """`PretrainedConfig.from_dict`, with validation errors that say they come from a saved config.json."""
+        try:
+            return super().from_dict(config_dict, **kwargs)
+        except (ValueError, TypeError) as error:
+            source = kwargs.get("name_or_path") or config_dict.get("_name_or_path") or "a config dict"
+            raise ValueError(f"Invalid config.json of {source}: {error} Fix that entry of the file.") from error
+
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
         if "auto_map" in output:

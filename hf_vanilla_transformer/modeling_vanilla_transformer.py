@@ -111,7 +111,7 @@ class VanillaTransformerAttention(nn.Module):
         encoder-decoder attention (§3.2.3), else from hidden_states. Returns (B, T, D) and the weights."""
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
+        hidden_shape = (*input_shape, self.num_heads, self.head_dim)  # explicit H: -1 is ambiguous for B = 0
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
         cache: Cache | None = None
@@ -131,7 +131,7 @@ class VanillaTransformerAttention(nn.Module):
             value_states = cache.layers[self.layer_idx].values
         else:
             current_states = key_value_states if is_cross_attention else hidden_states
-            kv_shape = (*current_states.shape[:-1], -1, self.head_dim)
+            kv_shape = (*current_states.shape[:-1], self.num_heads, self.head_dim)
             key_states = self.k_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
             value_states = self.v_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
             if cache is not None:
@@ -152,7 +152,7 @@ class VanillaTransformerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()  # (B, T, H, Dh) -> (B, T, D)
+        attn_output = attn_output.reshape(*input_shape, self.embed_dim).contiguous()  # (B, T, H, Dh) -> (B, T, D)
         return self.out_proj(attn_output), attn_weights
 
 
@@ -371,6 +371,37 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return dict(self._tied_weights_keys or {})
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
+        """`PreTrainedModel.from_pretrained`, strict: a damaged, truncated or mismatched weights file raises an error
+        naming the file, the key and the problem instead of loading random or cast weights. `strict=False` keeps
+        transformers' lenient behaviour (missing weights initialised, unexpected ones dropped)."""
+        strict = kwargs.pop("strict", True)
+        want_info = kwargs.pop("output_loading_info", False)
+        if strict and os.path.isdir(pretrained_model_name_or_path):
+            check_weight_files(str(pretrained_model_name_or_path))
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
+        except RuntimeError as error:
+            if not strict or "ignore_mismatched_sizes" not in str(error):
+                raise
+            # transformers only logs which shapes differ; load again leniently to name them in the error below.
+            kwargs["ignore_mismatched_sizes"] = True
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
+        problems = {kind: info.get(kind) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        problems = {kind: sorted(map(str, keys)) for kind, keys in problems.items() if keys}
+        if strict and problems:
+            details = "; ".join(f"{kind.replace('_', ' ')}: {', '.join(keys[:8])}" for kind, keys in problems.items())
+            raise ValueError(
+                f"The weights in {pretrained_model_name_or_path} do not fit {cls.__name__} ({details}). Check that "
+                "config.json belongs to these weights, or pass strict=False to initialise/drop them knowingly."
+            )
+        return (model, info) if want_info else model
+
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
         """`PreTrainedModel.save_pretrained`, plus the translation pipeline file next to the code files, so that
         `pipeline("translation", model=dir, trust_remote_code=True)` works where this package is not installed."""
@@ -378,6 +409,31 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         pipeline_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), PIPELINE_FILE)
         if os.path.isfile(pipeline_file) and "auto_map" in self.config.to_dict():
             shutil.copy(pipeline_file, os.path.join(save_directory, PIPELINE_FILE))
+
+
+def check_weight_files(directory: str) -> None:
+    """Open every safetensors file of a local folder before transformers does, so that a truncated or corrupted file,
+    or a non-float weight (which would be cast silently), is reported with its file and key."""
+    from safetensors import SafetensorError, safe_open
+
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".safetensors"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with safe_open(path, "pt") as weights:
+                for key in weights.keys():
+                    dtype = weights.get_slice(key).get_dtype()
+                    if dtype not in ("F64", "F32", "F16", "BF16"):
+                        raise ValueError(
+                            f"{path}: tensor `{key}` has dtype {dtype}; model weights must be floating point. "
+                            "The file is not a checkpoint of this model, or it was damaged."
+                        )
+        except SafetensorError as error:
+            raise ValueError(
+                f"{path} is not a readable safetensors file ({error}). It is truncated or corrupted: download or "
+                "save it again."
+            ) from error
 
 
 class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
@@ -537,6 +593,15 @@ def embed(
                 "with this model (labels of -100 belong in `labels`, not in the inputs)."
             )
         inputs_embeds = stack.embed_tokens(input_ids)
+    if inputs_embeds.shape[0] == 0:
+        raise ValueError(
+            f"`{name}` is an empty batch (shape {tuple(inputs_embeds.shape[:2])}); pass at least one row."
+        )
+    if inputs_embeds.shape[1] == 0:
+        raise ValueError(
+            f"`{name}` has no positions (shape {tuple(inputs_embeds.shape[:2])}); every row needs at least one token, "
+            "e.g. </s> for an empty sentence."
+        )
     return inputs_embeds * stack.embed_scale
 
 
