@@ -1,0 +1,149 @@
+"""Bad input gets a clear error, never a crash deep inside torch; damaged folders never load; bf16 stays finite."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM
+
+from hf_vanilla_transformer import VanillaTransformerConfig
+
+from .conftest import VOCAB, random_batch, tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = [
+    "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+    "encoder_ffn_dim", "dropout", "attention_dropout", "activation_dropout", "scale_embedding", "normalize_before",
+    "position_embedding_type", "sinusoidal_layout", "position_offset", "layer_norm_eps", "pad_token_id",
+    "max_position_embeddings", "activation_function", "lm_head_bias",
+]  # fmt: skip
+VALUES = st.one_of(
+    st.integers(-5, 70000), st.floats(-2, 2), st.just(float("nan")), st.booleans(), st.none(), st.text(max_size=5),
+    st.sampled_from(["relu", "sinusoidal", "learned", "concat", "fairseq", "interleaved"]), st.lists(st.integers()),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=4))
+def test_config_constructor_either_validates_or_names_the_field(kwargs: dict) -> None:
+    try:
+        config = VanillaTransformerConfig(**kwargs)
+    except ValueError as error:
+        assert re.search(r"`(\w+)`", str(error)), str(error)
+        named = set(re.findall(r"`(\w+)`", str(error)))
+        assert named & (set(kwargs) | {"d_model", "decoder_vocab_size"}), (kwargs, str(error))
+        return
+    config.validate()  # a config that was accepted is consistent
+    assert config.d_model % config.encoder_attention_heads == 0
+
+
+def _damage(tmp_path: Path, name: str, mutate) -> Path:
+    source = tmp_path / "good"
+    if not source.exists():
+        tiny_model().save_pretrained(source)
+    target = tmp_path / name
+    shutil.copytree(source, target)
+    mutate(target)
+    return target
+
+
+def _edit_weights(folder: Path, edit) -> None:
+    weights = load_file(folder / "model.safetensors")
+    edit(weights)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+KEY = "model.encoder.layers.0.fc1.weight"
+DAMAGES = {
+    "truncated": (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:3000]),
+                  "is not a readable safetensors file"),
+    "corrupted-header": (lambda d: (d / "model.safetensors").write_bytes(b"\x10" + bytes(7) + b"{garbage}       "),
+                         "is not a readable safetensors file"),
+    "wrong-shape": (lambda d: _edit_weights(d, lambda w: w.__setitem__(KEY, torch.zeros(3, 3))), "mismatched keys"),
+    "wrong-dtype": (lambda d: _edit_weights(d, lambda w: w.__setitem__(KEY, w[KEY].long())), "has dtype I64"),
+    "missing-key": (lambda d: _edit_weights(d, lambda w: w.pop(KEY)), f"missing keys: {KEY}"),
+    "extra-key": (lambda d: _edit_weights(d, lambda w: w.__setitem__("model.extra.weight", torch.zeros(2))),
+                  "unexpected keys: model.extra.weight"),
+    "config-wrong-type": (lambda d: (d / "config.json").write_text(
+        json.dumps(json.loads((d / "config.json").read_text()) | {"d_model": "32"})), "`d_model` must be a positive"),
+    "config-not-json": (lambda d: (d / "config.json").write_text('{"d_model": 3'), "not a valid JSON file"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_folders_raise_naming_file_and_key(tmp_path: Path, damage: str) -> None:
+    mutate, message = DAMAGES[damage]
+    folder = _damage(tmp_path, damage, mutate)
+    with pytest.raises((ValueError, OSError)) as error:
+        AutoModelForSeq2SeqLM.from_pretrained(folder)
+    assert message in str(error.value)
+    assert str(folder) in str(error.value)
+
+
+def test_lenient_loading_is_explicit(tmp_path: Path) -> None:
+    folder = _damage(tmp_path, "missing", DAMAGES["missing-key"][0])
+    _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, strict=False, output_loading_info=True)
+    assert info["missing_keys"] == {KEY}
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (dict(input_ids=torch.zeros(0, 5, dtype=torch.long)), r"`input_ids` is an empty batch"),
+        (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), r"`input_ids` has no positions \(shape \(2, 0\)\)"),
+        (dict(input_ids=torch.full((2, 3), VOCAB + 5)), rf"token id {VOCAB + 5}, outside the vocabulary"),
+        (dict(input_ids=torch.ones(2, 3, 4, dtype=torch.long)), r"must have shape \(batch, length\)"),
+    ],
+)
+def test_bad_model_inputs(inputs: dict, message: str) -> None:
+    model = tiny_model()
+    with pytest.raises(ValueError, match=message):
+        model(**inputs, decoder_input_ids=torch.ones(2, 3, dtype=torch.long))
+
+
+def test_all_padding_rows_stay_finite() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    batch["attention_mask"][1] = 0
+    for implementation in ("sdpa", "eager"):
+        model.set_attn_implementation(implementation)
+        assert torch.isfinite(model(**batch).logits).all()
+
+
+def test_bf16_forward_and_generation_with_padding() -> None:
+    """bf16 autocast logits stay within 0.05 of fp32 (bf16 keeps 8 mantissa bits) and generation never sees NaN."""
+    model = tiny_model()
+    batch = random_batch()
+    reference = model(**batch).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = model(**batch).logits.float()
+        generated = model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=2, max_new_tokens=8
+        )
+    assert torch.isfinite(autocast).all()
+    assert (autocast - reference).abs().max() < 0.05
+    bf16 = tiny_model().to(torch.bfloat16)
+    logits = bf16(**batch).logits
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
+    assert generated.shape[0] == 3
+
+
+def test_no_pickle_loads_anywhere_in_the_repo() -> None:
+    """Untrusted files are read as safetensors, or with torch.load(weights_only=True) and an allow-list."""
+    offenders = []
+    for path in REPO.rglob("*.py"):
+        if ".venv" in path.parts or path == Path(__file__).resolve():
+            continue
+        text = path.read_text()
+        for match in re.finditer(r"torch\.load\((.*?)\)", text, flags=re.S):
+            if "weights_only=True" not in match.group(1):
+                offenders.append(f"{path}: torch.load without weights_only=True")
+        if re.search(r"^\s*(import pickle|from pickle|import dill|import cloudpickle)", text, flags=re.M):
+            offenders.append(f"{path}: pickle import")
+    assert not offenders, offenders
