@@ -16,7 +16,6 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -32,6 +31,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .generation_vanilla_transformer import PaperGenerationMixin
 
 PIPELINE_FILE = "pipeline_vanilla_translation.py"
 
@@ -194,12 +194,14 @@ class VanillaTransformerSinusoidalPositionalEmbedding(nn.Module):
     def create_table(self, num_positions: int) -> torch.Tensor:
         return sinusoid_table(num_positions, self.dim, self.layout, self.offset)
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """position_ids (T,) from 0 -> (T, D)."""
-        needed = int(position_ids.max()) + 1 if position_ids.numel() else 0
+    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+        """position_ids (T,) from 0 -> (T, D). `num_positions` (above every id, known to the stacks) spares reading
+        the ids back from the device, a synchronisation and a torch.compile graph break."""
+        if num_positions is None:
+            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
         table = self.table
-        if needed > table.shape[0]:
-            table = self.create_table(needed).to(device=table.device, dtype=table.dtype)
+        if num_positions > table.shape[0]:
+            table = self.create_table(num_positions).to(device=table.device, dtype=table.dtype)
         return table[position_ids]
 
 
@@ -212,11 +214,13 @@ class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
         self.offset = config.position_offset
         self.max_positions = config.max_position_embeddings
 
-    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """position_ids (T,) from 0 -> (T, D)."""
-        if position_ids.numel() and int(position_ids.max()) >= self.max_positions:
+    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+        """position_ids (T,) from 0 -> (T, D); `num_positions` as for the sinusoids."""
+        if num_positions is None:
+            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
+        if num_positions > self.max_positions:
             raise ValueError(
-                f"Input of {int(position_ids.max()) + 1} positions exceeds `max_position_embeddings` "
+                f"Input of {num_positions} positions exceeds `max_position_embeddings` "
                 f"({self.max_positions}) of this model's learned position table. Truncate the input "
                 "(tokenizer truncation=True, max_length=...); learned positions cannot be extended."
             )
@@ -355,6 +359,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
+    _can_compile_fullgraph = True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -376,9 +381,10 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         """`PreTrainedModel.from_pretrained`, strict: a damaged, truncated or mismatched weights file raises an error
         naming the file, the key and the problem instead of loading random or cast weights. `strict=False` keeps
         transformers' lenient behaviour (missing weights initialised, unexpected ones dropped)."""
-        strict = kwargs.pop("strict", True)
         want_info = kwargs.pop("output_loading_info", False)
-        if strict and os.path.isdir(pretrained_model_name_or_path):
+        # Asking for the loading info means handling missing/unexpected keys oneself: lenient unless told otherwise.
+        strict = kwargs.pop("strict", not want_info)
+        if strict and pretrained_model_name_or_path is not None and os.path.isdir(pretrained_model_name_or_path):
             check_weight_files(str(pretrained_model_name_or_path))
         try:
             model, info = super().from_pretrained(
@@ -471,7 +477,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         inputs_embeds = embed(self, input_ids, inputs_embeds, "input_ids")
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         # §5.4: dropout on the sums of the embeddings and the positional encodings.
-        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        positions = self.embed_positions(position_ids, inputs_embeds.shape[1])
+        hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         check_mask(attention_mask, inputs_embeds, "attention_mask")
         attention_mask = create_bidirectional_mask(
@@ -532,27 +539,25 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             )
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        batch_size, seq_length = inputs_embeds.shape[:2]
+        seq_length = inputs_embeds.shape[1]
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        position_ids = torch.arange(past_length, past_length + seq_length, device=inputs_embeds.device)
-        if attention_mask is None:
-            attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
+        position_ids = torch.arange(seq_length, device=inputs_embeds.device) + past_length
         self_attention_cache = (
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
         )
+        # No decoder padding mask means every position counts: the helpers build the causal mask from the cache
+        # length alone (and sdpa needs none for a single new token).
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             past_key_values=self_attention_cache,
         )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
+        encoder_attention_mask = self.cross_attention_mask(
+            encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
         )
-        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        positions = self.embed_positions(position_ids, past_length + seq_length)
+        hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
@@ -568,6 +573,42 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
         )
+
+    def cross_attention_mask(
+        self,
+        encoder_attention_mask: torch.Tensor | None,
+        inputs_embeds: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        past_key_values: Cache | None,
+    ) -> torch.Tensor | None:
+        """The encoder-decoder attention mask (no attention to source padding), built once per generation: every
+        decoding step brings the same source mask, so the mask of the first step is kept with the cache and reused
+        while the source mask, the number of new positions, the dtype and the attention backend stay the same."""
+        if past_key_values is None or torch.compiler.is_compiling():
+            return create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+        source_mask = encoder_attention_mask
+        key = (
+            None if source_mask is None or source_mask.is_inference() else source_mask._version,  # edited in place?
+            tuple(encoder_hidden_states.shape[:2]),
+            inputs_embeds.shape[1],
+            inputs_embeds.dtype,
+            self.config._attn_implementation,
+        )
+        kept = getattr(past_key_values, "vanilla_transformer_cross_attention_mask", None)
+        if kept is None or kept[0] is not source_mask or kept[1] != key:
+            mask = create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=source_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+            kept = past_key_values.vanilla_transformer_cross_attention_mask = (source_mask, key, mask)
+        return kept[2]
 
 
 def embed(
@@ -586,8 +627,11 @@ def embed(
         if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
             raise ValueError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}.")
         vocab = stack.embed_tokens.num_embeddings
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
-            bad = int(input_ids.min()) if int(input_ids.min()) < 0 else int(input_ids.max())
+        # One pass and one read-back; skipped while torch.compile traces (a data-dependent graph break).
+        checked = input_ids.numel() and not torch.compiler.is_compiling()
+        low, high = (int(v) for v in torch.aminmax(input_ids)) if checked else (0, 0)
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
             raise ValueError(
                 f"`{name}` holds token id {bad}, outside the vocabulary [0, {vocab}). Use the tokenizer saved "
                 "with this model (labels of -100 belong in `labels`, not in the inputs)."
@@ -689,7 +733,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
 

@@ -73,7 +73,12 @@ class VanillaTranslationPipeline(Pipeline):
         return self.tokenizer(prefix + text, return_tensors="pt", truncation=truncation)
 
     def _forward(self, model_inputs: dict[str, Any], generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+        user_set = self._get_set_generation_params({**self._generate_kwargs, **generate_kwargs})
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        if "max_new_tokens_offset" in user_set and not {"max_new_tokens", "max_length"} & user_set.keys():
+            # Paper decoding (§6.1) limits each example to its source length + offset; the pipeline's default
+            # max_new_tokens would cap that.
+            generate_kwargs.pop("max_new_tokens", None)
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         in_batch = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(in_batch, -1, output_ids.shape[-1])}

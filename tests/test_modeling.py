@@ -234,6 +234,7 @@ def test_saved_config_carries_auto_map_and_translation_pipeline(tmp_path) -> Non
     code = {p.name for p in tmp_path.glob("*.py")}
     assert code == {
         "configuration_vanilla_transformer.py",
+        "generation_vanilla_transformer.py",
         "modeling_vanilla_transformer.py",
         "pipeline_vanilla_translation.py",
     }
