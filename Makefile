@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train clean
+.PHONY: setup test lint train bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ lint: setup
 
 test: setup lint
 	$(VENV)/bin/pytest -q
+
+# The main job: train on the bundled Multi30k EN->DE, evaluate, write outputs/multi30k-en-de. ARGS="..." adds options.
+train: setup
+	$(VENV)/bin/hf-vanilla-transformer train $(ARGS)
+
+# Ours against MarianMTModel, same architecture, same run (not part of the tests).
+bench: setup
+	$(PY) -m bench.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,155 @@
+"""§6.1 checkpoint averaging: "For the base models, we used a single model obtained by averaging the last 5
+checkpoints, which were written at 10-minute intervals. For the big models, we averaged the last 20 checkpoints."
+
+`average_checkpoints(paths)` is the element-wise mean of the weights of several safetensors checkpoints (folders
+as written by `save_pretrained` / the Trainer, or single .safetensors files), accumulated in float32 and cast back
+to each tensor's dtype (fairseq's `average_checkpoints.py` semantics). Non-float tensors must be equal in every
+checkpoint. Checkpoints that disagree in keys, shapes, dtypes or config.json are refused with the difference named.
+`write_averaged_model` turns the mean into a Hub-ready model folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+# config.json entries that differ between checkpoints of one run without changing the model.
+_CONFIG_KEYS_IGNORED = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype")
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _weight_files(path: Path) -> list[Path]:
+    if path.is_file() and path.suffix == ".safetensors":
+        return [path]
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        if files:
+            return files
+        raise ValueError(f"{path} holds no .safetensors file. Pass checkpoint folders written by save_pretrained.")
+    raise ValueError(f"Checkpoint {path} does not exist. Pass checkpoint folders or .safetensors files.")
+
+
+def load_safetensors_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder (every .safetensors shard in it) or of one .safetensors file."""
+    state_dict: dict[str, torch.Tensor] = {}
+    for file in _weight_files(Path(path)):
+        shard = load_file(file)
+        repeated = sorted(set(shard) & set(state_dict))
+        if repeated:
+            raise ValueError(f"{file} repeats tensors of another shard of {path}: {repeated[:5]}.")
+        state_dict.update(shard)
+    return state_dict
+
+
+def _model_config(path: Path) -> dict | None:
+    config_file = path / "config.json" if path.is_dir() else path.with_name("config.json")
+    if not config_file.is_file():
+        return None
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    return {key: value for key, value in config.items() if key not in _CONFIG_KEYS_IGNORED}
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
+    """§6.1: the mean of the checkpoints' weights (float32 accumulation, each tensor cast back to its dtype).
+
+    Raises ValueError when fewer than one checkpoint is given, when the checkpoints differ in their tensor names,
+    shapes or dtypes, in a non-float tensor, or in config.json (where the folders have one).
+    """
+    if not paths:
+        raise ValueError("`paths` is empty; pass at least one checkpoint to average.")
+    paths = [Path(path) for path in paths]
+    reference_config = _model_config(paths[0])
+    total: dict[str, torch.Tensor] = {}
+    reference: dict[str, torch.Tensor] = {}
+    for path in paths:
+        config = _model_config(path)
+        if config != reference_config:
+            keys = sorted(
+                key
+                for key in set(config or {}) | set(reference_config or {})
+                if (config or {}).get(key) != (reference_config or {}).get(key)
+            )
+            raise ValueError(
+                f"config.json of {path} differs from that of {paths[0]} in {keys}. Average checkpoints of one model."
+            )
+        state_dict = load_safetensors_checkpoint(path)
+        if not reference:
+            reference = state_dict
+            total = {key: tensor.to(torch.float32) for key, tensor in state_dict.items() if tensor.is_floating_point()}
+            continue
+        if state_dict.keys() != reference.keys():
+            missing, extra = sorted(reference.keys() - state_dict.keys()), sorted(state_dict.keys() - reference.keys())
+            raise ValueError(
+                f"{path} has different tensors from {paths[0]}: missing {missing[:5]}, extra {extra[:5]}. Average "
+                "checkpoints of one model."
+            )
+        for key, tensor in state_dict.items():
+            first = reference[key]
+            if tensor.shape != first.shape or tensor.dtype != first.dtype:
+                raise ValueError(
+                    f"Tensor `{key}` is {tuple(tensor.shape)} {tensor.dtype} in {path} but {tuple(first.shape)} "
+                    f"{first.dtype} in {paths[0]}. Average checkpoints of one model, saved in one dtype."
+                )
+            if tensor.is_floating_point():
+                total[key] += tensor.to(torch.float32)
+            elif not torch.equal(tensor, first):
+                raise ValueError(
+                    f"Non-float tensor `{key}` differs between {path} and {paths[0]}; it cannot be averaged."
+                )
+    return {
+        key: (total[key] / len(paths)).to(tensor.dtype) if key in total else tensor.clone()
+        for key, tensor in reference.items()
+    }
+
+
+def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
+    """The `n` Trainer checkpoints `checkpoint-<step>` in `folder` with the highest steps, oldest first."""
+    folder = Path(folder)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"`n` must be a positive integer, got {n!r}.")
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder. Pass the Trainer's output folder holding checkpoint-* folders.")
+    found = sorted(
+        (int(match.group(1)), child)
+        for child in folder.iterdir()
+        if child.is_dir() and (match := _CHECKPOINT.match(child.name))
+    )
+    if len(found) < n:
+        raise ValueError(f"Found {len(found)} checkpoints in {folder}; averaging the last {n} needs at least {n}.")
+    return [path for _, path in found[-n:]]
+
+
+def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
+    """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
+    files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    import hf_vanilla_transformer  # noqa: F401 - registers the Auto classes
+
+    last = Path(paths[-1]) if paths else None
+    if last is None or not (last / "config.json").is_file():
+        raise ValueError(f"{last} must be a checkpoint folder with a config.json to build a model folder from.")
+    output_dir = Path(output_dir)
+    if any(output_dir.resolve() == Path(path).resolve() for path in paths):
+        raise ValueError(f"`output_dir` {output_dir} is one of the checkpoints to average; write to a new folder.")
+    averaged = average_checkpoints(paths)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # Load the mean through from_pretrained (strict for this package's models; tied weights are stored once), then
+    # save_pretrained adds auto_map and the code files.
+    save_file(averaged, output_dir / "model.safetensors", metadata={"format": "pt"})
+    (output_dir / "config.json").write_text((last / "config.json").read_text(encoding="utf-8"), encoding="utf-8")
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir)
+    if (last / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(last)
+    model.save_pretrained(output_dir)
+    if (last / "tokenizer.json").is_file() or (last / "tokenizer_config.json").is_file():
+        AutoTokenizer.from_pretrained(last).save_pretrained(output_dir)
+    return output_dir
+
+
+__all__ = ["average_checkpoints", "last_checkpoints", "load_safetensors_checkpoint", "write_averaged_model"]

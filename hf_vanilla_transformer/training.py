@@ -1,0 +1,447 @@
+"""§5 Training, inside transformers' `Seq2SeqTrainer` (so accelerate / torchrun / DeepSpeed / FSDP carry it further).
+
+- §5.1 batching: `TokenBudgetBatchSampler` groups sentence pairs of similar length into batches of at most
+  `max_tokens` padded tokens per side (the paper: ~25,000 source and ~25,000 target tokens per batch), shuffled
+  each epoch with the seed, sharded by rank.
+- §5.3 optimizer: Adam, β1 = 0.9, β2 = 0.98, ε = 1e-9 (transformers' AdamW with weight decay 0, which is Adam), no
+  gradient clipping (the paper mentions none); the learning rate follows eq. (3)
+  lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) with warmup 4000 (`lr_schedule="paper"`), or, as a
+  deviation, fairseq's `inverse_sqrt`: linear warmup to a peak learning rate, then ∝ 1/√step
+  (`lr_schedule="inverse_sqrt"`), which converges sooner on small data.
+- §5.4 regularization: dropout from the model config; label smoothing ε_ls = 0.1 (`label_smoothing_factor`).
+- Wall clock: `max_time` stops training at a budget (saving a checkpoint), `save_every` checkpoints at time
+  intervals (the paper: every 10 minutes, §6.1), and the budget survives a resume.
+- Logs: Trainer's tqdm bar and logs, plus target tokens per second.
+
+The defaults of `VanillaSeq2SeqTrainingArguments` are the paper's recipe.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast
+from datasets import Dataset
+from torch.utils.data import DataLoader, Sampler
+from transformers import (
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+)
+from transformers.trainer_callback import ExportableState
+
+LR_SCHEDULES = ("paper", "inverse_sqrt")
+SNAPSHOT_FILE = "snapshot.json"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds in a duration such as "1h", "20m", "90s", "1h30m" or a plain number of seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        value = str(text).strip().lower()
+        try:
+            seconds = float(value)
+        except ValueError:
+            parts = _DURATION.findall(value)
+            if not parts or _DURATION.sub("", value).strip():
+                raise ValueError(
+                    f"Durations must look like '1h', '20m', '90s', '1h30m' or a number of seconds, got {text!r}."
+                ) from None
+            seconds = sum(float(number) * {"h": 3600, "m": 60, "s": 1}[unit] for number, unit in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"Durations must be positive, got {text!r}.")
+    return seconds
+
+
+def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
+    """§5.3 eq. (3): lrate = d_model^-0.5 · min(step_num^-0.5, step_num · warmup_steps^-1.5), step_num ≥ 1."""
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def inverse_sqrt_learning_rate(step: int, peak_lr: float, warmup_steps: int) -> float:
+    """Deviation (fairseq's `inverse_sqrt`): peak_lr · min(step / warmup, √(warmup / step)), step ≥ 1. It is eq. (3)
+    with the peak set directly (eq. (3) peaks at d_model^-0.5 · warmup^-0.5) instead of by d_model and warmup."""
+    step = max(step, 1)
+    return peak_lr * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """§5.1 "Sentence pairs were batched together by approximate sequence length": batches of similar-length pairs
+    holding at most `max_tokens` padded tokens on each side, i.e. rows × max(longest source, longest target) ≤
+    `max_tokens` (fairseq's `--max-tokens`; the paper's batches held ~25,000 source and ~25,000 target tokens).
+
+    Each epoch, pairs are sorted by their longer side (ties in a random order), cut greedily into batches, and the
+    batches shuffled; the randomness comes from (`seed`, epoch) only, so every process builds the same batches and
+    a resumed run sees the same order. Rank r of `num_replicas` takes batches r, r + num_replicas, ...; where the
+    batches do not divide evenly the first ones are repeated so every rank runs the same number of steps. The number
+    of batches is the same in every epoch (it depends only on the sorted lengths), as the Trainer needs.
+
+    Args:
+        source_lengths, target_lengths: tokens of each pair's source and target, `</s>` included.
+        max_tokens: the budget per side; the longest pair must fit alone.
+        seed: shuffling seed; `set_epoch(epoch)` selects the epoch's order.
+        shuffle: False keeps the length order and the batch order (e.g. for evaluation).
+        num_replicas, rank: data-parallel processes and this process's index.
+    """
+
+    def __init__(
+        self,
+        source_lengths: Sequence[int],
+        target_lengths: Sequence[int],
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if len(source_lengths) != len(target_lengths) or not len(source_lengths):
+            raise ValueError(
+                f"`source_lengths` and `target_lengths` must be non-empty and of equal length, got "
+                f"{len(source_lengths)} and {len(target_lengths)}."
+            )
+        if not isinstance(num_replicas, int) or num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"`rank` must lie in [0, num_replicas), got rank={rank}, num_replicas={num_replicas}.")
+        self.sizes = np.maximum(np.asarray(source_lengths), np.asarray(target_lengths))
+        longest = int(self.sizes.max())
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < longest:
+            raise ValueError(
+                f"`max_tokens` must be an integer of at least the longest pair ({longest} tokens), got {max_tokens!r}."
+                " Raise max_tokens or filter long pairs (tokenize_pairs(max_length=...))."
+            )
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.num_batches = len(self.batches())
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        """All batches of the current epoch (every rank's), in the order they are handed out."""
+        rng = np.random.default_rng((self.seed, self.epoch))
+        order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
+        order = order[np.argsort(self.sizes[order], kind="stable")]  # by length; ties keep the random order
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        for index in order.tolist():
+            # Ascending order: the newest pair is the batch's longest, so its size sets the padded width.
+            if batch and (len(batch) + 1) * int(self.sizes[index]) > self.max_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append(index)
+        batches.append(batch)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def __iter__(self):
+        batches = self.batches()
+        total = len(self) * self.num_replicas
+        batches = [batches[i % len(batches)] for i in range(total)]  # repeat the first ones so that ranks match
+        yield from batches[self.rank :: self.num_replicas]
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_batches / self.num_replicas)
+
+
+@dataclass
+class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` whose defaults are the paper's recipe (§5.3, §5.4), plus token-budget batches,
+    the learning-rate schedule and wall-clock controls. `per_device_train_batch_size` is unused: `max_tokens` sizes
+    the training batches."""
+
+    max_tokens: int = field(
+        default=4096,
+        metadata={"help": "Padded tokens per side and batch (the paper: ~25000 over 8 GPUs); times GA and processes."},
+    )
+    lr_schedule: str = field(
+        default="paper",
+        metadata={
+            "help": "'paper': eq. (3) times learning_rate (1.0 = the paper); 'inverse_sqrt' (deviation, fairseq): "
+            "learning_rate is the peak reached after warmup_steps."
+        },
+    )
+    max_time: float | None = field(
+        default=None, metadata={"help": "Wall-clock training budget in seconds; stops with a checkpoint."}
+    )
+    save_every: float | None = field(
+        default=None, metadata={"help": "Save a checkpoint every this many seconds (the paper: 600)."}
+    )
+    learning_rate: float = 1.0
+    warmup_steps: float = 4000
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-9
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.0
+    label_smoothing_factor: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"`lr_schedule` must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}.")
+        if self.warmup_steps < 1 or self.warmup_steps != int(self.warmup_steps):
+            raise ValueError(
+                f"`warmup_steps` must be a whole number of steps >= 1 for both schedules, got {self.warmup_steps}."
+            )
+        if self.lr_schedule == "inverse_sqrt" and self.learning_rate >= 0.1:
+            raise ValueError(
+                f"`learning_rate` is the peak learning rate with lr_schedule='inverse_sqrt', got {self.learning_rate}"
+                ", which diverges with Adam. Use e.g. 1e-3 (or lr_schedule='paper', where 1.0 means eq. (3))."
+            )
+        for name in ("max_time", "save_every"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"`{name}` must be a positive number of seconds or None, got {value!r}.")
+
+
+class WallClockCallback(TrainerCallback, ExportableState):
+    """Stops training once `max_time` seconds of training have passed and saves a checkpoint every `save_every`
+    seconds, at that stop and at `max_steps`, so that every run ends with a checkpoint to average. The training
+    time so far is stored in each checkpoint's trainer_state.json and counted on resume, so a killed and resumed
+    run still ends at the budget. Every process acts on the main process's clock: they stop and save together."""
+
+    def __init__(self, max_time: float | None = None, save_every: float | None = None) -> None:
+        self.max_time = max_time
+        self.save_every = save_every
+        self.elapsed_before = 0.0
+        self.last_save = 0.0
+        self.last_elapsed = 0.0
+        self.started: float | None = None
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.started if self.started is not None else 0.0)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "args": {"max_time": self.max_time, "save_every": self.save_every},
+            "attributes": {"elapsed_before": self.elapsed()},
+        }
+
+    def on_train_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # A resumed run (global_step > 0) starts with the training time stored in its checkpoint.
+        stored = state.stateful_callbacks.get(type(self).__name__, {}) if state.global_step > 0 else {}
+        stored = stored[0] if isinstance(stored, list) else stored
+        self.elapsed_before = float(stored.get("attributes", {}).get("elapsed_before", 0.0))
+        self.last_save = self.last_elapsed = self.elapsed_before
+        self.started = time.monotonic()
+
+    def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        elapsed = self.elapsed()
+        if PartialState().num_processes > 1:
+            elapsed = float(broadcast(torch.tensor([elapsed], device=args.device))[0])
+        self.last_elapsed = elapsed
+        if self.save_every is not None and elapsed - self.last_save >= self.save_every:
+            control.should_save = True
+        if self.max_time is not None and elapsed >= self.max_time:
+            control.should_training_stop = True
+            control.should_save = True
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            control.should_save = True
+
+    def on_save(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # Any save (time, epoch or step) restarts the interval; the synchronised clock keeps processes in step.
+        self.last_save = self.last_elapsed
+
+
+class LearningCurveCallback(TrainerCallback):
+    """Every `every` seconds of training, saves the model (weights and config, no optimizer state) to
+    `folder/step-N` with the training seconds and target tokens so far in `snapshot.json`, for a learning curve
+    that is evaluated after training, so that evaluating costs no training time. Written to a temporary folder
+    and renamed, so a kill leaves no half-written snapshot."""
+
+    def __init__(self, trainer: VanillaSeq2SeqTrainer, folder: str | Path, every: float) -> None:
+        self.trainer = trainer
+        self.folder = Path(folder)
+        self.every = every
+        self.next_at = every
+
+    def on_train_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # Resumed runs continue the schedule from the stored training time.
+        self.next_at = (math.floor(self.trainer.clock.elapsed() / self.every) + 1) * self.every
+
+    def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        elapsed = self.trainer.clock.last_elapsed  # synchronised across processes by WallClockCallback
+        if elapsed < self.next_at:
+            return
+        self.next_at = (math.floor(elapsed / self.every) + 1) * self.every
+        tokens = self.trainer.target_tokens()  # a collective: every process takes part
+        if not state.is_world_process_zero:
+            return
+        target = self.folder / f"step-{state.global_step}"
+        partial = self.folder / f".step-{state.global_step}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        self.trainer.accelerator.unwrap_model(self.trainer.model).save_pretrained(partial)
+        info = {"step": state.global_step, "seconds": round(elapsed, 1), "tgt_tokens": tokens, "epoch": state.epoch}
+        (partial / SNAPSHOT_FILE).write_text(json.dumps(info) + "\n", encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+
+
+class BatchSamplerEpochCallback(TrainerCallback):
+    """Sets the epoch of the token-budget sampler before each epoch, whatever wrappers accelerate put around it
+    (the Trainer's own `set_epoch` does not reach through all of them when a multi-process run resumes)."""
+
+    def __init__(self, sampler: TokenBudgetBatchSampler) -> None:
+        self.sampler = sampler
+
+    def on_epoch_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.sampler.set_epoch(int(state.epoch or 0))
+
+
+class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with the paper's training (module docstring): token-budget batches, the eq. (3) or
+    inverse-sqrt schedule, wall-clock budget and time-based checkpoints, target tokens per second in the logs.
+
+    Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses
+    `DataCollatorForSeq2Seq(processing_class, model=model)` (decoder inputs made from the labels, labels padded with
+    -100), which label smoothing needs. The model's `generation_config` at construction is restored before every
+    save, because `predict_with_generate` evaluation rewrites it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("data_collator") is None and kwargs.get("processing_class") is not None:
+            kwargs["data_collator"] = DataCollatorForSeq2Seq(
+                kwargs["processing_class"], model=kwargs.get("model"), label_pad_token_id=-100
+            )
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, VanillaSeq2SeqTrainingArguments):
+            raise ValueError(
+                f"`args` must be VanillaSeq2SeqTrainingArguments, got {type(self.args).__name__}. Build them with "
+                "VanillaSeq2SeqTrainingArguments(output_dir=..., ...)."
+            )
+        self.generation_config = copy.deepcopy(self.model.generation_config)
+        self.clock = WallClockCallback(self.args.max_time, self.args.save_every)
+        self.add_callback(self.clock)
+        self.train_batch_sampler: TokenBudgetBatchSampler | None = None
+        self._target_tokens: torch.Tensor | None = None  # this run, this process; on the device: no sync per step
+        self._logged_tokens = 0  # all processes' total at the previous log
+        self._logged_time: float | None = None
+
+    def get_train_dataloader(self) -> DataLoader:
+        """Token-budget batches (`TokenBudgetBatchSampler`), sharded by this process's rank."""
+        if not isinstance(self.train_dataset, Dataset) or not {"input_ids", "labels"} <= set(
+            self.train_dataset.column_names
+        ):
+            raise ValueError(
+                "`train_dataset` must be a datasets.Dataset with `input_ids` and `labels` columns, got "
+                f"{type(self.train_dataset).__name__}. Tokenize it with hf_vanilla_transformer.data.tokenize_pairs."
+            )
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        sampler = TokenBudgetBatchSampler(
+            [len(ids) for ids in dataset["input_ids"]],
+            [len(ids) for ids in dataset["labels"]],
+            max_tokens=self.args.max_tokens,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        self.callback_handler.pop_callback(BatchSamplerEpochCallback)  # from an earlier train() call
+        self.add_callback(BatchSamplerEpochCallback(sampler))
+        self.train_batch_sampler = sampler
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and self.args.device.type != "cpu",
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+        )
+        loader = self.accelerator.prepare(loader)
+        # The sampler shards by rank itself; accelerate's `BatchSamplerShard` would shard again (as transformers
+        # does for its own rank-aware BatchRebalanceSampler, make that wrapper a passthrough).
+        wrapper = getattr(loader, "batch_sampler", None)
+        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
+            wrapper.num_processes = 1
+            wrapper.process_index = 0
+        return loader
+
+    def create_scheduler(
+        self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """§5.3 eq. (3) (`lr_schedule="paper"`) or inverse-sqrt, as a factor on `learning_rate`; the k-th update
+        (k = 1, 2, ...) uses step_num = k. Neither depends on `num_training_steps`, so a wall-clock budget does not
+        change the schedule."""
+        if self.lr_scheduler is None:
+            warmup = int(self.args.warmup_steps)
+            if self.args.lr_schedule == "paper":
+                d_model = self.model.config.d_model
+
+                def factor(step: int) -> float:
+                    return paper_learning_rate(step + 1, d_model, warmup)
+            else:
+
+                def factor(step: int) -> float:
+                    return inverse_sqrt_learning_rate(step + 1, 1.0, warmup)
+
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None):
+        if self._logged_time is None:
+            self._logged_time = time.perf_counter()
+        tokens = inputs["labels"].ne(-100).sum()
+        self._target_tokens = tokens if self._target_tokens is None else self._target_tokens + tokens
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def target_tokens(self) -> int:
+        """Target tokens trained on in this run so far, all processes together (a collective call)."""
+        if self._target_tokens is None:
+            return 0
+        return int(self.accelerator.reduce(self._target_tokens, reduction="sum"))
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Adds `tgt_tokens_per_second` (target tokens of all processes since the previous log, per second) and
+        `tgt_tokens` (this run's total) to training logs, and `train_tgt_tokens(_per_second)` to the summary."""
+        if ("loss" in logs or "train_runtime" in logs) and self._target_tokens is not None:
+            total = self.target_tokens()
+            if "loss" in logs:
+                now = time.perf_counter()
+                logs["tgt_tokens_per_second"] = round((total - self._logged_tokens) / (now - self._logged_time), 1)
+                logs["tgt_tokens"] = total
+                self._logged_tokens, self._logged_time = total, now
+            else:
+                logs["train_tgt_tokens"] = total
+                logs["train_tgt_tokens_per_second"] = round(total / max(logs["train_runtime"], 1e-9), 1)
+        super().log(logs, start_time)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        self.model.generation_config = copy.deepcopy(self.generation_config)
+        super().save_model(output_dir, _internal_call)
+
+
+__all__ = [
+    "LR_SCHEDULES",
+    "BatchSamplerEpochCallback",
+    "LearningCurveCallback",
+    "TokenBudgetBatchSampler",
+    "VanillaSeq2SeqTrainer",
+    "VanillaSeq2SeqTrainingArguments",
+    "WallClockCallback",
+    "inverse_sqrt_learning_rate",
+    "paper_learning_rate",
+    "parse_duration",
+]

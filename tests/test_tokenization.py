@@ -1,0 +1,91 @@
+"""The joint BPE tokenizer (§5.1): special ids, exact round trip on Multi30k, byte fallback, </s> on both sides."""
+
+import unicodedata
+
+import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from hf_vanilla_transformer.data import load_multi30k
+from hf_vanilla_transformer.tokenization import SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
+
+
+@pytest.fixture(scope="module")
+def multi30k_train():
+    return load_multi30k("en", "de", splits=("train",))["train"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(multi30k_train) -> PreTrainedTokenizerFast:
+    return train_bpe_tokenizer(list(multi30k_train["source"]) + list(multi30k_train["target"]), vocab_size=10000)
+
+
+def test_special_tokens_have_the_config_ids(tokenizer) -> None:
+    assert [tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert (tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (
+        0,
+        1,
+        2,
+        3,
+    )
+    assert special_token_ids(tokenizer) == {
+        "bos_token_id": 0,
+        "pad_token_id": 1,
+        "eos_token_id": 2,
+        "decoder_start_token_id": 1,
+    }
+    assert len(tokenizer) == 10000
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_multi30k_train_round_trips(tokenizer, multi30k_train, side) -> None:
+    """≥ 99.9% of the training sentences (EN: source, DE: target) decode back to exactly the original text."""
+    sentences = list(multi30k_train[side])
+    decoded = tokenizer.batch_decode(tokenizer(sentences)["input_ids"], skip_special_tokens=True)
+    unchanged = sum(original == text for original, text in zip(sentences, decoded, strict=True))
+    assert unchanged / len(sentences) >= 0.999, [
+        (original, text) for original, text in zip(sentences, decoded, strict=True) if original != text
+    ][:5]
+
+
+@pytest.mark.parametrize(
+    "text", ["Ein Mädchen sagt: „Hallo!“", "emoji 😀 and 中文 are unseen", "two  spaces,\ttab", "trailing space "]
+)
+def test_unseen_characters_and_spacing_round_trip_without_unk(tokenizer, text) -> None:
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_nfc_normalization_makes_decomposed_text_equal(tokenizer) -> None:
+    composed = "Ein Mädchen läuft über die Straße."
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    assert tokenizer(decomposed)["input_ids"] == tokenizer(composed)["input_ids"]
+
+
+def test_source_and_target_end_with_eos(tokenizer) -> None:
+    encoded = tokenizer("A man is riding a bike.", text_target="Ein Mann fährt Fahrrad.")
+    assert encoded["input_ids"][-1] == tokenizer.eos_token_id
+    assert encoded["labels"][-1] == tokenizer.eos_token_id
+    assert encoded["labels"].count(tokenizer.eos_token_id) == 1
+    assert tokenizer.decode(encoded["labels"], skip_special_tokens=True) == "Ein Mann fährt Fahrrad."
+
+
+def test_save_and_reload_gives_the_same_fast_tokenizer(tokenizer, tmp_path) -> None:
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded.is_fast
+    text = "Zwei Hunde spielen im Schnee 😀."
+    assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.decode(reloaded(text)["input_ids"], skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("vocab_size", [100, 260, True, 5000.0])
+def test_too_small_or_non_integer_vocab_size_is_refused(vocab_size) -> None:
+    with pytest.raises(ValueError, match="`vocab_size` must be an integer of at least 261"):
+        train_bpe_tokenizer(["a b c"], vocab_size=vocab_size)
+
+
+def test_no_text_is_refused() -> None:
+    with pytest.raises(ValueError, match="saw no text"):
+        train_bpe_tokenizer([], vocab_size=1000)

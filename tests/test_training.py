@@ -1,0 +1,336 @@
+"""§5 training: token-budget batches, eq. (3) and inverse-sqrt schedules, the Adam settings, the wall-clock budget,
+time-based checkpoints, tokens/s logs and resuming, all inside Seq2SeqTrainer on a tiny model."""
+
+import itertools
+import json
+import math
+import random
+from collections import Counter
+
+import pytest
+import torch
+from datasets import Dataset
+from safetensors.torch import load_file
+
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.data import tokenize_pairs
+from hf_vanilla_transformer.training import (
+    TokenBudgetBatchSampler,
+    VanillaSeq2SeqTrainer,
+    VanillaSeq2SeqTrainingArguments,
+    inverse_sqrt_learning_rate,
+    paper_learning_rate,
+    parse_duration,
+)
+
+from .conftest import tiny_tokenizer
+
+
+def random_lengths(n: int, seed: int) -> tuple[list[int], list[int]]:
+    rng = random.Random(seed)
+    return [rng.randint(2, 40) for _ in range(n)], [rng.randint(2, 40) for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------------------- batch sampler
+
+
+@pytest.mark.parametrize("max_tokens", [40, 100, 1000])
+def test_batches_respect_the_token_budget_and_cover_every_pair_once(max_tokens) -> None:
+    sources, targets = random_lengths(500, seed=0)
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=max_tokens, seed=3)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler) == sampler.num_batches
+        for batch in batches:
+            padded = len(batch) * max(max(sources[i], targets[i]) for i in batch)
+            assert padded <= max_tokens
+        assert sorted(i for batch in batches for i in batch) == list(range(500))
+
+
+def test_batches_are_filled_not_merely_bounded() -> None:
+    """Greedy filling: adding the next-longer pair to a batch would break the budget."""
+    sources, targets = random_lengths(500, seed=1)
+    sizes = [max(s, t) for s, t in zip(sources, targets, strict=True)]
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=200, shuffle=False)
+    batches = list(sampler)
+    for batch, following in itertools.pairwise(batches):
+        assert (len(batch) + 1) * sizes[following[0]] > 200
+
+
+def test_shuffling_follows_seed_and_epoch() -> None:
+    sources, targets = random_lengths(300, seed=2)
+
+    def epoch_batches(seed: int, epoch: int) -> list[list[int]]:
+        sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=120, seed=seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert epoch_batches(seed=5, epoch=0) == epoch_batches(seed=5, epoch=0)
+    assert epoch_batches(seed=5, epoch=0) != epoch_batches(seed=5, epoch=1)
+    assert epoch_batches(seed=5, epoch=0) != epoch_batches(seed=6, epoch=0)
+    # Same lengths, same number of batches, in every epoch (the Trainer sizes epochs with len()).
+    assert len({len(epoch_batches(seed=5, epoch=epoch)) for epoch in range(5)}) == 1
+
+
+@pytest.mark.parametrize("num_replicas", [2, 3])
+def test_ranks_get_disjoint_shards_of_equal_length(num_replicas) -> None:
+    sources, targets = random_lengths(400, seed=4)
+    single = TokenBudgetBatchSampler(sources, targets, max_tokens=150, seed=9)
+    single.set_epoch(2)
+    all_batches = list(single)
+    shards = []
+    for rank in range(num_replicas):
+        sampler = TokenBudgetBatchSampler(sources, targets, 150, seed=9, num_replicas=num_replicas, rank=rank)
+        sampler.set_epoch(2)
+        shards.append(list(sampler))
+    assert {len(shard) for shard in shards} == {math.ceil(len(all_batches) / num_replicas)}
+    handed_out = [batch for step in zip(*shards, strict=True) for batch in step]  # step by step, rank by rank
+    assert handed_out[: len(all_batches)] == all_batches
+    assert handed_out[len(all_batches) :] == all_batches[: len(handed_out) - len(all_batches)]  # padding repeats
+    counts = Counter(i for batch in handed_out for i in batch)
+    assert set(counts) == set(range(400))
+
+
+def test_sampler_refuses_a_budget_below_the_longest_pair() -> None:
+    with pytest.raises(ValueError, match=r"`max_tokens` must be an integer of at least the longest pair \(40 tokens"):
+        TokenBudgetBatchSampler([3, 40], [5, 7], max_tokens=39)
+    with pytest.raises(ValueError, match="`rank` must lie in"):
+        TokenBudgetBatchSampler([3], [3], max_tokens=10, num_replicas=2, rank=2)
+
+
+# ------------------------------------------------------------------------------------------------ schedules
+
+
+def eq3(step: int, d_model: int, warmup: int) -> float:
+    """Eq. (3) written out piecewise: linear increase for `warmup` steps, then inverse square root."""
+    if step <= warmup:
+        return step * (1.0 / warmup) ** 1.5 / math.sqrt(d_model)
+    return 1.0 / math.sqrt(step) / math.sqrt(d_model)
+
+
+@pytest.mark.parametrize(("d_model", "warmup"), [(512, 4000), (1024, 4000), (256, 400)])
+def test_paper_schedule_is_eq3(d_model, warmup) -> None:
+    for step in (1, 2, 100, warmup - 1, warmup, warmup + 1, 10 * warmup, 100000):
+        assert paper_learning_rate(step, d_model, warmup) == pytest.approx(eq3(step, d_model, warmup), rel=1e-12)
+    # The peak the paper's base model reaches: 512^-0.5 * 4000^-0.5 ≈ 7.0e-4.
+    assert paper_learning_rate(4000, 512, 4000) == pytest.approx(6.988e-4, rel=1e-3)
+
+
+def test_inverse_sqrt_peaks_at_the_given_rate() -> None:
+    assert inverse_sqrt_learning_rate(400, 1e-3, 400) == pytest.approx(1e-3)
+    assert inverse_sqrt_learning_rate(100, 1e-3, 400) == pytest.approx(2.5e-4)
+    assert inverse_sqrt_learning_rate(1600, 1e-3, 400) == pytest.approx(5e-4)
+    # With the paper's peak it is eq. (3).
+    peak = 512**-0.5 * 4000**-0.5
+    for step in (1, 3999, 4000, 9000):
+        assert inverse_sqrt_learning_rate(step, peak, 4000) == pytest.approx(eq3(step, 512, 4000))
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1h", 3600), ("20m", 1200), ("90s", 90), ("1h30m", 5400), ("45", 45)])
+def test_parse_duration(text, seconds) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5x", "", "-3", "1h junk", "0"])
+def test_parse_duration_refuses_garbage(text) -> None:
+    with pytest.raises(ValueError, match="Durations must"):
+        parse_duration(text)
+
+
+# ------------------------------------------------------------------------------------------- the Trainer
+
+
+def tiny_setup(n: int = 96, model_seed: int = 0) -> tuple:
+    """96 reversal pairs (always the same) and a 1+1-layer model initialised from `model_seed`."""
+    tokenizer = tiny_tokenizer()
+    rng = random.Random(0)
+    sources, targets = [], []
+    for _ in range(n):
+        words = [f"w{rng.randint(4, 60)}" for _ in range(rng.randint(1, 9))]
+        sources.append(" ".join(words))
+        targets.append(" ".join(reversed(words)))
+    dataset = tokenize_pairs(Dataset.from_dict({"source": sources, "target": targets}), tokenizer)
+    torch.manual_seed(model_seed)
+    config = VanillaTransformerConfig.from_paper(
+        N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, vocab_size=len(tokenizer), max_position_embeddings=32
+    )
+    return tokenizer, dataset, VanillaTransformerForConditionalGeneration(config)
+
+
+def make_trainer(tmp_path, model, tokenizer, dataset, **overrides) -> VanillaSeq2SeqTrainer:
+    options = dict(
+        output_dir=str(tmp_path),
+        max_tokens=64,
+        lr_schedule="inverse_sqrt",
+        learning_rate=1e-3,
+        warmup_steps=4,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=0,
+        logging_steps=2,
+    )
+    options.update(overrides)
+    args = VanillaSeq2SeqTrainingArguments(**options)
+    return VanillaSeq2SeqTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def test_defaults_are_the_paper_recipe(tmp_path) -> None:
+    args = VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path))
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)  # §5.3
+    assert (args.lr_schedule, args.learning_rate, args.warmup_steps) == ("paper", 1.0, 4000)  # eq. (3)
+    assert args.label_smoothing_factor == 0.1  # §5.4
+    assert (args.weight_decay, args.max_grad_norm) == (0.0, 0.0)  # plain Adam, no clipping
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(lr_schedule="cosine"), "`lr_schedule` must be one of"),
+        (dict(lr_schedule="inverse_sqrt", learning_rate=1.0), "`learning_rate` is the peak learning rate"),
+        (dict(warmup_steps=0.5), "`warmup_steps` must be a whole number"),
+        (dict(max_time=-1.0), "`max_time` must be a positive number"),
+    ],
+)
+def test_bad_training_arguments_are_refused(tmp_path, overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path), **overrides)
+
+
+def test_trainer_needs_its_arguments(tmp_path) -> None:
+    from transformers import Seq2SeqTrainingArguments
+
+    tokenizer, dataset, model = tiny_setup()
+    with pytest.raises(ValueError, match="`args` must be VanillaSeq2SeqTrainingArguments"):
+        VanillaSeq2SeqTrainer(
+            model=model,
+            args=Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[]),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+
+
+@pytest.mark.parametrize("schedule", ["paper", "inverse_sqrt"])
+def test_optimizer_and_schedule_inside_the_trainer(tmp_path, schedule) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    lr = 1.0 if schedule == "paper" else 2e-3
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, lr_schedule=schedule, learning_rate=lr)
+    trainer.create_optimizer_and_scheduler(num_training_steps=100)
+    group = trainer.optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9 and group["weight_decay"] == 0.0
+    for update in range(1, 12):  # the k-th update uses step_num = k
+        expected = eq3(update, 16, 4) if schedule == "paper" else inverse_sqrt_learning_rate(update, 2e-3, 4)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+
+
+def test_training_uses_token_budget_batches_and_logs_tokens_per_second(tmp_path) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    seen: list[list[int]] = []
+    collator = VanillaSeq2SeqTrainer(
+        model=model, args=make_trainer(tmp_path, model, tokenizer, dataset).args, processing_class=tokenizer
+    ).data_collator
+
+    def recording_collator(features):
+        seen.append([feature["input_ids"] for feature in features])
+        return collator(features)
+
+    args = make_trainer(tmp_path, model, tokenizer, dataset, num_train_epochs=2, gradient_accumulation_steps=2).args
+    trainer = VanillaSeq2SeqTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, data_collator=recording_collator
+    )
+    trainer.train()
+    sampler = trainer.train_batch_sampler
+    assert trainer.state.global_step == 2 * math.ceil(sampler.num_batches / 2)  # GA 2: half as many updates
+    assert len(seen) == 2 * sampler.num_batches
+    for batch in seen:  # padded source width times rows within the budget (targets are as long here)
+        assert len(batch) * max(len(ids) for ids in batch) <= 64
+    first_epoch = Counter(tuple(ids) for batch in seen[: sampler.num_batches] for ids in batch)
+    assert first_epoch == Counter(tuple(ids) for ids in dataset["input_ids"])  # every pair once per epoch
+    assert seen[: sampler.num_batches] != seen[sampler.num_batches :]  # reshuffled for epoch 2
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert logs and all(log["tgt_tokens_per_second"] > 0 for log in logs)
+    total = sum(len(ids) for ids in dataset["labels"]) * 2
+    assert logs[-1]["tgt_tokens"] <= total
+    summary = trainer.state.log_history[-1]
+    assert summary["train_tgt_tokens"] == total and summary["train_tgt_tokens_per_second"] > 0
+
+
+def test_wall_clock_budget_stops_training_with_a_checkpoint(tmp_path) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, num_train_epochs=10000, max_time=1.0)
+    trainer.train()
+    steps_per_epoch = trainer.train_batch_sampler.num_batches
+    assert 0 < trainer.state.global_step < 10000 * steps_per_epoch
+    checkpoint = tmp_path / f"checkpoint-{trainer.state.global_step}"
+    assert (checkpoint / "model.safetensors").is_file()
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["WallClockCallback"]["attributes"]["elapsed_before"] >= 1.0
+
+
+def test_checkpoints_by_time(tmp_path, monkeypatch) -> None:
+    """With save_every=5 s and a clock that advances one second per update, checkpoints come at updates 5 and 10,
+    and at the last update (12)."""
+    import time
+    import types
+
+    from transformers import TrainerCallback
+
+    import hf_vanilla_transformer.training as training
+
+    now = [0.0]
+    monkeypatch.setattr(
+        training, "time", types.SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter)
+    )
+
+    class OneSecondPerUpdate(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            now[0] += 1.0
+
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, max_steps=12, save_every=5.0)
+    trainer.add_callback(OneSecondPerUpdate())
+    trainer.train()
+    assert sorted(int(path.name.split("-")[1]) for path in tmp_path.glob("checkpoint-*")) == [5, 10, 12]
+
+
+def test_resume_after_a_kill_continues_exactly(tmp_path) -> None:
+    """Training 4 updates, stopping, and resuming to 9 gives the weights of 9 updates in one go (same batches,
+    same order, same schedule)."""
+    tokenizer, dataset, model = tiny_setup()
+    straight = make_trainer(tmp_path / "straight", model, tokenizer, dataset, max_steps=9)
+    straight.train()
+    reference = {key: value.clone() for key, value in straight.model.state_dict().items()}
+
+    tokenizer, dataset, model = tiny_setup()
+    first = make_trainer(tmp_path / "resumed", model, tokenizer, dataset, max_steps=4, save_strategy="steps")
+    first.args.save_steps = 4
+    first.train()
+    tokenizer, dataset, model = tiny_setup(model_seed=1)  # other initial weights: the checkpoint must replace them
+    second = make_trainer(tmp_path / "resumed", model, tokenizer, dataset, max_steps=9)
+    second.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-4"))
+    assert second.state.global_step == 9
+    for key, value in second.model.state_dict().items():
+        torch.testing.assert_close(value, reference[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_generation_config_is_restored_before_saving(tmp_path) -> None:
+    from transformers import GenerationConfig
+
+    tokenizer, dataset, model = tiny_setup()
+    model.generation_config = GenerationConfig(num_beams=4, length_penalty=0.6, max_new_tokens=60, eos_token_id=2)
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, max_steps=1)
+    trainer.train()
+    model.generation_config.max_length = 20  # what predict_with_generate leaves behind
+    model.generation_config.num_beams = 1
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = json.loads((tmp_path / "saved" / "generation_config.json").read_text())
+    assert saved["num_beams"] == 4 and saved["max_new_tokens"] == 60 and "max_length" not in saved
+    assert set(load_file(tmp_path / "saved" / "model.safetensors")) == {
+        key
+        for key in model.state_dict()
+        if key.startswith("model.shared") or ("embed" not in key and "lm_head" not in key)
+    }
