@@ -1,0 +1,45 @@
+"""`python -m conversion <format> SOURCE OUTPUT_DIR [options]`: convert a foreign checkpoint to a Hub-ready folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from . import fairseq, marian
+
+# Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
+# is the format's help. Add a format with one line here.
+FORMATS: dict[str, Any] = {
+    "fairseq": fairseq,
+    "marian": marian,
+    "to-marian": marian.ToMarian,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m conversion",
+        description="Convert a checkpoint of another implementation to an hf_vanilla_transformer folder "
+        "(safetensors, config, generation config, tokenizer, model card), verified against the source's logits.",
+    )
+    formats = parser.add_subparsers(dest="format", metavar="FORMAT", required=True, help="the source format:")
+    for name, entry in FORMATS.items():
+        summary = (entry.__doc__ or name).strip().splitlines()[0]
+        entry.add_arguments(formats.add_parser(name, help=summary, description=summary))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one conversion; errors about the input (unsupported settings, bad files) exit 2 with the message."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        FORMATS[args.format].convert(args)
+    except (NotImplementedError, ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"{parser.prog} {args.format}: error: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

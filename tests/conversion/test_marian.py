@@ -1,0 +1,397 @@
+"""Marian / OPUS-MT import, export to MarianMTModel, and CTranslate2 on the export (conversion/marian.py).
+
+Tiny random models only, no network: an OPUS-MT-like folder is built here (a SentencePiece model trained on a few
+lines, Marian's vocab.json with </s> = 0 and <pad> last, swish, a non-zero final_logits_bias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+from transformers import (
+    AutoTokenizer,
+    MarianConfig,
+    MarianMTModel,
+    MarianTokenizer,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from conversion import marian
+from conversion.__main__ import main
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+from ..conftest import VOCAB, tiny_model, tiny_tokenizer
+
+if TYPE_CHECKING:
+    import ctranslate2
+
+ATOL = 1e-5
+TEXT = ["the cat sat on the mat", "a dog ate the bone", "the bird sang a song", "cats and dogs are friends"]
+TEXT += ["the sun is hot today"]
+SOURCES = ["w5 w9 w33 w12", "w40 w41", "w7 w8 w9 w10 w11 w12 w13"]
+
+
+def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(**inputs).logits
+
+
+def import_args(source: Path, output: Path) -> argparse.Namespace:
+    return argparse.Namespace(source=source, output=output, atol=ATOL, atol_fp32=ATOL)
+
+
+def export_args(source: Path, output: Path, **flags: bool) -> argparse.Namespace:
+    return argparse.Namespace(
+        source=source,
+        output=output,
+        atol=ATOL,
+        atol_fp32=ATOL,
+        keep_token_ids=flags.get("keep_token_ids", False),
+        allow_nonzero_start_embedding=flags.get("allow_nonzero_start_embedding", False),
+    )
+
+
+def save_ours(model: VanillaTransformerForConditionalGeneration, folder: Path, tokenizer: bool = True) -> Path:
+    model.save_pretrained(folder)
+    if tokenizer:
+        tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny matrices: one thread is faster than contended ones on shared CPUs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_marian_config(**overrides: object) -> MarianConfig:
+    fields: dict = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        pad_token_id=VOCAB - 1,
+        decoder_start_token_id=VOCAB - 1,
+        max_position_embeddings=64,
+    )
+    return MarianConfig(**fields | overrides)
+
+
+@pytest.fixture(scope="module")
+def opus_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An OPUS-MT-like MarianMTModel folder with a MarianTokenizer (SentencePiece)."""
+    import sentencepiece
+
+    folder = tmp_path_factory.mktemp("opus")
+    proto = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXT * 4),
+        model_writer=proto,
+        vocab_size=30,
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
+    for name in ("source.spm", "target.spm"):
+        (folder / name).write_bytes(proto.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_proto=proto.getvalue())
+    pieces = [processor.id_to_piece(i) for i in range(1, processor.get_piece_size())]  # 0 is <unk>
+    vocab = {"</s>": 0, "<unk>": 1} | {piece: i + 2 for i, piece in enumerate(pieces)}
+    vocab["<pad>"] = len(vocab)  # OPUS-MT: <pad> is the last id and starts the decoder
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    files = [str(folder / name) for name in ("source.spm", "target.spm", "vocab.json")]
+    MarianTokenizer(*files).save_pretrained(folder)  # writes tokenizer_config.json as OPUS-MT folders have it
+    size = len(vocab)
+    config = tiny_marian_config(
+        vocab_size=size,
+        encoder_layers=2,
+        decoder_layers=2,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=size - 1,
+        decoder_start_token_id=size - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        init_std=0.2,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    model.final_logits_bias.normal_()
+    model.generation_config.bad_words_ids = [[size - 1]]
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_import_opus_mt_folder(opus_folder: Path, tmp_path: Path) -> None:
+    ours = marian.convert(import_args(opus_folder, tmp_path))
+    config = ours.config
+    assert (config.sinusoidal_layout, config.lm_head_bias, config.activation_function) == ("concat", True, "swish")
+    assert (config.pad_token_id, config.eos_token_id) == (config.vocab_size - 1, 0)
+    assert config.decoder_start_token_id == config.pad_token_id
+    reference = MarianMTModel.from_pretrained(opus_folder)
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    inputs = marian.sample_inputs(config, seed=1)
+    difference = (logits(reference, inputs) - logits(reloaded, inputs)).abs().max().item()
+    print(f"MarianMTModel vs imported model from disk: max-abs {difference:.2e}")
+    assert difference <= ATOL
+    # Tokenizer files are copied as they are; MarianTokenizer (sentencepiece) loads them from our folder.
+    source, copied = AutoTokenizer.from_pretrained(opus_folder), AutoTokenizer.from_pretrained(tmp_path)
+    assert type(copied).__name__ == "MarianTokenizer"
+    assert copied(TEXT).input_ids == source(TEXT).input_ids
+    assert reloaded.generation_config.bad_words_ids == [[config.pad_token_id]]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [({"encoder_layerdrop": 0.1}, "encoder_layerdrop"), ({"activation_function": "quick_gelu"}, "activation")],
+)
+def test_import_refuses_what_ours_cannot_represent(overrides: dict, named: str) -> None:
+    with pytest.raises(NotImplementedError, match=named):
+        marian.vanilla_config_from_marian(tiny_marian_config(**overrides))
+
+
+def test_import_refuses_to_merge_weights_that_differ() -> None:
+    """Marian with shared but untied embeddings keeps three copies; ours shares one, so they must agree."""
+    source = MarianMTModel(tiny_marian_config(tie_word_embeddings=False))
+    with torch.no_grad():
+        source.model.encoder.embed_tokens.weight[5] += 1.0
+    with pytest.raises(ValueError, match=r"embed_tokens\.weight` both map to `model\.shared\.weight"):
+        marian.marian_to_vanilla(source)
+
+
+def test_import_refuses_other_architectures(tmp_path: Path) -> None:
+    save_ours(tiny_model(), tmp_path, tokenizer=False)
+    with pytest.raises(ValueError, match="not a Marian"):
+        marian.load_marian(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keep_token_ids"),
+    [
+        ({}, False),
+        ({"sinusoidal_layout": "concat", "lm_head_bias": True}, True),
+        ({"tie_word_embeddings": False, "activation_function": "gelu"}, False),
+        ({"share_encoder_decoder_embeddings": False, "decoder_vocab_size": VOCAB + 5}, True),
+    ],
+    ids=["paper-pad-last", "concat-bias-same-ids", "untied-head-pad-last", "separate-vocabularies-same-ids"],
+)
+def test_export_and_round_trip(overrides: dict, keep_token_ids: bool, tmp_path: Path) -> None:
+    model = tiny_model(seed=3, init_std=0.2, **overrides)
+    if model.config.lm_head_bias:
+        torch.nn.init.normal_(model.lm_head.bias)
+    save_ours(model, tmp_path / "ours")
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian", keep_token_ids=keep_token_ids))
+    exported = MarianMTModel.from_pretrained(tmp_path / "marian")
+    size = max(VOCAB, model.config.decoder_vocab_size)
+    new_id = torch.arange(size) if keep_token_ids else marian.pad_last_order(VOCAB, 1).argsort()  # ours -> Marian
+    assert exported.config.pad_token_id == exported.config.decoder_start_token_id == int(new_id[1])
+
+    inputs = marian.sample_inputs(model.config, seed=2)
+    mapped = {**inputs, **{key: new_id[inputs[key]] for key in ("input_ids", "decoder_input_ids")}}
+    expected = logits(model, inputs)
+    columns = new_id[: expected.shape[-1]]
+    difference = (expected - logits(exported, mapped)[..., columns]).abs().max().item()
+    print(f"ours vs exported MarianMTModel: max-abs {difference:.2e}")
+    assert difference <= ATOL
+
+    back = marian.convert(import_args(tmp_path / "marian", tmp_path / "back"))
+    difference = (expected - logits(back, mapped)[..., columns]).abs().max().item()
+    print(f"ours vs ours -> Marian -> ours: max-abs {difference:.2e}")
+    assert difference <= ATOL
+    source_tokenizer, exported_tokenizer = tiny_tokenizer(), AutoTokenizer.from_pretrained(tmp_path / "marian")
+    assert exported_tokenizer(SOURCES).input_ids == [
+        new_id[ids].tolist() for ids in source_tokenizer(SOURCES).input_ids
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"normalize_before": True}, "normalize_before"),
+        ({"add_final_layer_norm": True}, "add_final_layer_norm"),
+        ({"position_embedding_type": "learned"}, "position_embedding_type"),
+        ({"sinusoidal_layout": "fairseq"}, "fairseq"),
+        ({"position_offset": 2}, "position_offset"),
+        ({"layer_norm_eps": 1e-6}, "layer_norm_eps"),
+    ],
+)
+def test_export_refuses_what_marian_cannot_represent(overrides: dict, named: str) -> None:
+    with pytest.raises(NotImplementedError, match=named):
+        marian.vanilla_to_marian(tiny_model(**overrides))
+
+
+def test_pad_moves_only_within_one_vocabulary() -> None:
+    model = tiny_model(share_encoder_decoder_embeddings=False, decoder_vocab_size=VOCAB + 5)
+    with pytest.raises(NotImplementedError, match="one vocabulary"):
+        marian.vanilla_to_marian(model, move_pad_last=True)
+
+
+def test_export_refuses_nonzero_start_embedding(tmp_path: Path) -> None:
+    model = tiny_model()
+    with torch.no_grad():
+        model.model.shared.weight[model.config.decoder_start_token_id].normal_()
+    save_ours(model, tmp_path / "ours")
+    with pytest.raises(ValueError, match="non-zero embedding"):
+        marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian", allow_nonzero_start_embedding=True))
+
+
+def test_export_without_tokenizer_needs_keep_token_ids(tmp_path: Path) -> None:
+    save_ours(tiny_model(), tmp_path / "ours", tokenizer=False)
+    with pytest.raises(ValueError, match="no tokenizer"):
+        marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian", keep_token_ids=True))
+    assert not (tmp_path / "marian" / "tokenizer.json").exists()
+
+
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m conversion to-marian SRC OUT` and `python -m conversion marian SRC OUT`; refusals exit 2."""
+    save_ours(tiny_model(), tmp_path / "ours")
+    assert main(["to-marian", str(tmp_path / "ours"), str(tmp_path / "marian")]) == 0
+    assert main(["marian", str(tmp_path / "marian"), str(tmp_path / "back")]) == 0
+    assert "<pad> moved from 1 to 60" in (tmp_path / "marian" / "README.md").read_text()
+    assert (tmp_path / "back" / "README.md").is_file()
+    save_ours(tiny_model(normalize_before=True), tmp_path / "pre-ln")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["to-marian", str(tmp_path / "pre-ln"), str(tmp_path / "refused")])
+    assert exit_info.value.code == 2
+    assert "normalize_before=True" in capsys.readouterr().err
+
+
+def bpe_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "ab": 6, "c": 7}
+    tokenizer = Tokenizer(models.BPE(vocab, [("a", "b")], unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+
+
+def unigram_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, processors
+
+    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("a", -1.0), ("b", -1.5), ("ab", -0.5)]
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=3, byte_fallback=False))
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+
+
+@pytest.mark.parametrize("make_tokenizer", [bpe_tokenizer, unigram_tokenizer], ids=["bpe", "unigram"])
+def test_tokenizer_follows_pad_to_the_last_id(
+    make_tokenizer: Callable[[], PreTrainedTokenizerFast], tmp_path: Path
+) -> None:
+    tokenizer = make_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "before")
+    (tmp_path / "after").mkdir()
+    new_id = marian.pad_last_order(len(tokenizer), 1).argsort()
+    marian.write_tokenizer(tmp_path / "before", tmp_path / "after", new_id)  # checks every id itself
+    after = AutoTokenizer.from_pretrained(tmp_path / "after")
+    assert after.pad_token_id == len(tokenizer) - 1
+    assert after("ab b a").input_ids == new_id[tokenizer("ab b a").input_ids].tolist()
+
+
+# ------------------------------------------------------------------------------------------------------ CTranslate2
+def ctranslate2_translator(marian_folder: Path, output: Path) -> ctranslate2.Translator:
+    import ctranslate2  # a dev dependency: these tests must fail, not skip, where it is missing
+
+    ctranslate2.converters.TransformersConverter(str(marian_folder)).convert(str(output))
+    return ctranslate2.Translator(str(output), device="cpu", intra_threads=1)
+
+
+def greedy_tokens(
+    model: VanillaTransformerForConditionalGeneration, tokenizer: PreTrainedTokenizerBase, sources: list[str]
+) -> list[list[str]]:
+    """Our greedy decoding as token strings, without the start token, EOS and padding. <pad> is suppressed because
+    CTranslate2's MarianMTLoader removes it from the vocabulary."""
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    output = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, suppress_tokens=[pad])
+    return [tokenizer.convert_ids_to_tokens([i for i in row[1:].tolist() if i not in (pad, eos)]) for row in output]
+
+
+def log_prob_difference(
+    translator: ctranslate2.Translator,
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: list[str],
+    targets: list[list[str]],
+) -> float:
+    """Max-abs difference between CTranslate2's `score_batch` log-probabilities of `targets` + EOS and ours,
+    normalised without <pad> as in CTranslate2."""
+    source_tokens = [tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids) for text in sources]
+    difference = 0.0
+    for source, target, scored in zip(sources, targets, translator.score_batch(source_tokens, targets), strict=True):
+        ids = tokenizer.convert_tokens_to_ids(target)
+        inputs = {
+            "input_ids": tokenizer(source, return_tensors="pt").input_ids,
+            "decoder_input_ids": torch.tensor([[model.config.decoder_start_token_id, *ids]]),
+        }
+        scores = logits(model, inputs)[0]
+        scores[:, model.config.pad_token_id] = -torch.inf
+        labels = torch.tensor([*ids, model.config.eos_token_id])
+        ours = scores.log_softmax(-1)[torch.arange(len(labels)), labels]
+        difference = max(difference, (torch.tensor(scored.log_probs) - ours).abs().max().item())
+    return difference
+
+
+@pytest.mark.parametrize(("seed", "activation"), [(1, "relu"), (2, "swish"), (1, "gelu")])
+def test_ctranslate2_decodes_like_ours(seed: int, activation: str, tmp_path: Path) -> None:
+    model = tiny_model(seed=seed, init_std=0.2, activation_function=activation)  # 0.2: outputs depend on the source
+    assert marian.start_embedding_max(model) == 0.0  # padding_idx row, zero at init
+    save_ours(model, tmp_path / "ours")
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    translator = ctranslate2_translator(tmp_path / "marian", tmp_path / "ct2")
+    tokenizer = tiny_tokenizer()
+    source_tokens = [tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids) for text in SOURCES]
+    results = translator.translate_batch(source_tokens, beam_size=1, max_decoding_length=12)
+    ours = greedy_tokens(model, tokenizer, SOURCES)
+    assert [result.hypotheses[0] for result in results] == ours
+    assert len({tuple(tokens) for tokens in ours}) > 1, "a degenerate model: the test would prove little"
+    difference = log_prob_difference(translator, model, tokenizer, SOURCES, ours)
+    print(f"CTranslate2 vs ours: max-abs log-prob difference {difference:.2e}")
+    assert difference <= 1e-4
+
+
+def test_ctranslate2_starts_from_zero_not_from_the_start_embedding(tmp_path: Path) -> None:
+    """The caveat the exporter guards against: with a non-zero start row, CTranslate2 scores differ from ours."""
+    model = tiny_model(seed=1, init_std=0.2)
+    with torch.no_grad():
+        model.model.shared.weight[model.config.decoder_start_token_id].normal_(std=0.3)
+    save_ours(model, tmp_path / "ours")
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian", allow_nonzero_start_embedding=True))
+    translator = ctranslate2_translator(tmp_path / "marian", tmp_path / "ct2")
+    targets = [["w4", "w5"]] * len(SOURCES)
+    difference = log_prob_difference(translator, model, tiny_tokenizer(), SOURCES, targets)
+    print(f"non-zero start embedding: CTranslate2 vs ours max-abs log-prob difference {difference:.2e}")
+    assert difference > 1e-2
+
+
+def test_ctranslate2_reads_an_imported_opus_model_exported_back(opus_folder: Path, tmp_path: Path) -> None:
+    """The MarianTokenizer (sentencepiece) route: OPUS-MT -> ours -> Marian -> CTranslate2, <pad> already last."""
+    ours = marian.convert(import_args(opus_folder, tmp_path / "ours"))
+    ours.generation_config.forced_eos_token_id = None  # OPUS-MT forces EOS at the length limit, CTranslate2 does not
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    translator = ctranslate2_translator(tmp_path / "marian", tmp_path / "ct2")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "marian")
+    source_tokens = [tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids) for text in TEXT]
+    results = translator.translate_batch(source_tokens, beam_size=1, max_decoding_length=12)
+    assert [result.hypotheses[0] for result in results] == greedy_tokens(ours, tokenizer, TEXT)
