@@ -1,0 +1,725 @@
+"""Our model against Hugging Face's `MarianMTModel` on the same work, in one process, interleaved.
+
+    .venv/bin/python -m bench.bench --config tiny [--json bench/results_tiny.json]
+
+Both models get the same architecture, sizes and weights (Marian's [sin | cos] sinusoids: ours runs with
+`sinusoidal_layout="concat"`, so both compute the same function; the script checks that their logits agree), the
+same batches, the same loss function and the same generation settings. Every measurement alternates the models
+rep by rep (ABBA order) after warm-up and reports medians and spreads; ratios are medians of the per-rep ratios,
+so that load from other processes on the machine hits both models alike. See bench/README.md for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+# Sizes: "tiny" is the Multi30k model of the quality anchor; "base" is the paper's base model (Table 3).
+CONFIGS: dict[str, dict[str, int]] = {
+    "tiny": dict(vocab_size=8000, d_model=256, layers=3, heads=4, ffn=1024),
+    "base": dict(vocab_size=37000, d_model=512, layers=6, heads=8, ffn=2048),
+}
+MODELS = ("ours", "marian")
+DTYPES = ("fp32", "bf16")
+BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
+TOKEN_BUDGET = 4096  # rows x longest side of a batch, as the quality anchor's Multi30k batches
+NEW_TOKENS = 40  # generation is forced to exactly this many new tokens (min_new_tokens = max_new_tokens)
+LABEL_SMOOTHING = 0.1  # §5.4
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models
+
+
+def build_ours(size: dict[str, int]) -> VanillaTransformerForConditionalGeneration:
+    """Our model with Marian's [sin | cos] sinusoid layout (`sinusoidal_layout="concat"`), so that both models
+    compute the same function from the same weights."""
+    config = VanillaTransformerConfig.from_paper(
+        N=size["layers"],
+        d_model=size["d_model"],
+        d_ff=size["ffn"],
+        h=size["heads"],
+        P_drop=0.1,
+        vocab_size=size["vocab_size"],
+        sinusoidal_layout="concat",
+        max_position_embeddings=512,
+        bos_token_id=BOS,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+    )
+    return VanillaTransformerForConditionalGeneration(config)
+
+
+def build_marian(size: dict[str, int]) -> MarianMTModel:
+    """`MarianMTModel` as the paper's model: ReLU, embeddings x √d_model, one matrix for both embeddings and the
+    output projection, dropout 0.1, no attention/ReLU dropout, the same special ids, no forced EOS."""
+    config = MarianConfig(
+        vocab_size=size["vocab_size"],
+        decoder_vocab_size=size["vocab_size"],
+        d_model=size["d_model"],
+        encoder_layers=size["layers"],
+        decoder_layers=size["layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+        activation_function="relu",
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        bos_token_id=BOS,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        forced_eos_token_id=None,
+    )
+    return MarianMTModel(config)
+
+
+def prepare(model: nn.Module) -> nn.Module:
+    """sdpa attention and the same plain generation config (no model-specific decoding defaults) for both."""
+    model.set_attn_implementation("sdpa")
+    model.generation_config = GenerationConfig(
+        bos_token_id=BOS, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD
+    )
+    return model
+
+
+def build_models(size: dict[str, int], seed: int = 0) -> dict[str, nn.Module]:
+    """Both models with the same weights: ours initialised from `seed`, its state dict copied into Marian."""
+    torch.manual_seed(seed)
+    ours = build_ours(size)
+    marian = build_marian(size)
+    ours_state = ours.state_dict()
+    marian_state = marian.state_dict()
+    # Same key names for every weight (both follow fairseq's names); Marian's extra entries are its position tables
+    # and the zero `final_logits_bias`.
+    extra = set(marian_state) - set(ours_state)
+    unexpected = [k for k in extra if k != "final_logits_bias" and "embed_positions" not in k]
+    if set(ours_state) - set(marian_state) or unexpected:
+        raise RuntimeError(f"State dicts do not map: {sorted(set(ours_state) ^ set(marian_state))}")
+    with torch.no_grad():
+        for key, value in ours_state.items():
+            marian_state[key].copy_(value)
+    return {"ours": prepare(ours), "marian": prepare(marian)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data: Multi30k-like lengths, token-budget batches
+
+
+@dataclass
+class Batch:
+    """A padded batch: input_ids/attention_mask (B, S), decoder_input_ids/labels (B, T) with -100 at padding."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    decoder_input_ids: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.labels != -100).sum())
+
+    @property
+    def source_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+
+def sample_lengths(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source and target lengths in subword tokens (EOS included) of n Multi30k-like sentence pairs.
+
+    Log-normal fits to Multi30k train with a 10k joint BPE: mean 16.2 source (EN) and 15.4 target (DE) tokens,
+    σ(log length) = 0.33, correlation 0.9 between the two sides of a pair; clamped to [3, 80].
+    """
+    z_source = torch.randn(n, generator=generator)
+    z_target = 0.9 * z_source + math.sqrt(1 - 0.9**2) * torch.randn(n, generator=generator)
+    sigma = 0.33
+    source = torch.exp(math.log(16.2) - sigma**2 / 2 + sigma * z_source).round().clamp(3, 80).long()
+    target = torch.exp(math.log(15.4) - sigma**2 / 2 + sigma * z_target).round().clamp(3, 80).long()
+    return source, target
+
+
+def make_batch(source_lengths: list[int], target_lengths: list[int], vocab: int, generator: torch.Generator) -> Batch:
+    rows, source_len, target_len = len(source_lengths), max(source_lengths), max(target_lengths)
+    source = torch.tensor(source_lengths)
+    target = torch.tensor(target_lengths)
+    attention_mask = (torch.arange(source_len)[None] < source[:, None]).long()
+    input_ids = torch.randint(4, vocab, (rows, source_len), generator=generator).masked_fill(attention_mask == 0, PAD)
+    input_ids[torch.arange(rows), source - 1] = EOS
+    labels = torch.randint(4, vocab, (rows, target_len), generator=generator)
+    labels[torch.arange(rows), target - 1] = EOS
+    labels = labels.masked_fill(torch.arange(target_len)[None] >= target[:, None], -100)
+    decoder_input_ids = torch.cat([torch.full((rows, 1), PAD), labels[:, :-1]], 1).masked_fill_(
+        torch.cat([torch.zeros(rows, 1, dtype=torch.bool), labels[:, :-1] == -100], 1), PAD
+    )
+    return Batch(input_ids, attention_mask, decoder_input_ids, labels)
+
+
+def token_budget_batches(vocab: int, seed: int = 0, pairs: int = 29000) -> list[Batch]:
+    """An epoch of Multi30k-like pairs, sorted by length and cut into batches of at most TOKEN_BUDGET tokens
+    (rows x longest side), as the quality anchor's batcher (≈ 127 batches of ≈ 3,500 target tokens)."""
+    generator = torch.Generator().manual_seed(seed)
+    source, target = sample_lengths(pairs, generator)
+    order = torch.argsort(source * 1000 + target)
+    source_list, target_list = source[order].tolist(), target[order].tolist()
+    spans, start = [], 0
+    while start < pairs:
+        end, longest = start, 0
+        while end < pairs and (end - start + 1) * max(longest, source_list[end], target_list[end]) <= TOKEN_BUDGET:
+            longest = max(longest, source_list[end], target_list[end])
+            end += 1
+        spans.append((start, end))
+        start = end
+    return [make_batch(source_list[a:b], target_list[a:b], vocab, generator) for a, b in spans]
+
+
+def bench_batches(vocab: int, count: int = 4) -> list[Batch]:
+    """`count` batches at evenly spaced quantiles of the epoch's length order (short to long sentences)."""
+    epoch = token_budget_batches(vocab)
+    return [epoch[int((i + 0.5) / count * len(epoch))] for i in range(count)]
+
+
+def generation_sources(vocab: int, rows: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rows` unsorted Multi30k-like source sentences, right-padded: input_ids and attention_mask (rows, S)."""
+    generator = torch.Generator().manual_seed(seed)
+    source, target = sample_lengths(rows, generator)
+    batch = make_batch(source.tolist(), target.tolist(), vocab, generator)
+    return batch.input_ids, batch.attention_mask
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Work items
+
+
+def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Label-smoothed (ε_ls = 0.1, §5.4) token-level cross-entropy on the logits: the same function for both."""
+    return nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=LABEL_SMOOTHING
+    )
+
+
+def autocast(dtype: str) -> torch.autocast:
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def train_steps(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[[], float]:
+    """One training step (forward, loss, backward, AdamW) per batch; returns the last loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def run() -> float:
+        model.train()
+        loss = torch.zeros(())
+        for batch in batches:
+            with autocast(dtype):
+                logits = model(
+                    input_ids=batch.input_ids,
+                    attention_mask=batch.attention_mask,
+                    decoder_input_ids=batch.decoder_input_ids,
+                ).logits
+                loss = smoothed_loss(logits, batch.labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return run
+
+
+def encoder_forward(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[[], None]:
+    def run() -> None:
+        model.eval()
+        with torch.no_grad(), autocast(dtype):
+            for batch in batches:
+                model.get_encoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+
+    return run
+
+
+def generation(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, beams: int, dtype: str
+) -> Callable[[], torch.Tensor]:
+    def run() -> torch.Tensor:
+        model.eval()
+        with torch.no_grad(), autocast(dtype):
+            return model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                num_beams=beams,
+                do_sample=False,
+                min_new_tokens=NEW_TOKENS,
+                max_new_tokens=NEW_TOKENS,
+                use_cache=True,
+            )
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FLOPs and the GEMM ceiling
+
+
+def train_flops(size: dict[str, int], rows: int, source_len: int, target_len: int) -> float:
+    """Matrix-multiply FLOPs of one training step over the padded batch (see bench/README.md for the formula):
+    6 x the forward multiply-accumulates (forward 1x, backward 2x, 2 FLOPs per MAC)."""
+    d, f, v, n = size["d_model"], size["ffn"], size["vocab_size"], size["layers"]
+    src, tgt = rows * source_len, rows * target_len
+    encoder = n * (src * (4 * d * d + 2 * d * f) + 2 * rows * source_len * source_len * d)
+    decoder = n * (
+        tgt * (6 * d * d + 2 * d * f)  # self-attention Q, K, V, O; cross-attention Q, O; FFN
+        + src * 2 * d * d  # cross-attention K, V of the encoder output
+        + 2 * rows * target_len * target_len * d  # self-attention Q Kᵀ and P V
+        + 2 * rows * target_len * source_len * d  # cross-attention Q Kᵀ and P V
+    )
+    output = tgt * d * v
+    return 6.0 * (encoder + decoder + output)
+
+
+def gemm_shapes(size: dict[str, int], rows: int = TOKEN_BUDGET) -> list[tuple[int, int, int]]:
+    """(M, K, N) of the forward GEMMs of a training step on a full token budget: projections, FFN, output layer."""
+    d, f, v = size["d_model"], size["ffn"], size["vocab_size"]
+    return [(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, v)]
+
+
+def gemm_suite(size: dict[str, int], dtype: str) -> Callable[[], dict[str, float]]:
+    """torch.matmul on the step's GEMM shapes; returns FLOP/s per shape (one timed call each after one warm call)."""
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    operands = {
+        f"{m}x{k}x{n}": (torch.randn(m, k, dtype=torch_dtype), torch.randn(k, n, dtype=torch_dtype))
+        for m, k, n in gemm_shapes(size)
+    }
+
+    def run() -> dict[str, float]:
+        rates = {}
+        for name, (a, b) in operands.items():
+            torch.matmul(a, b)
+            start = time.perf_counter()
+            torch.matmul(a, b)
+            rates[name] = 2 * a.shape[0] * a.shape[1] * b.shape[1] / (time.perf_counter() - start)
+        return rates
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """Median, min, max and interquartile range."""
+    ordered = sorted(values)
+    quartiles = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "q1": quartiles[0],
+        "q3": quartiles[2],
+        "n": len(ordered),
+    }
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], reps: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, list[Any]], dict[str, list[float]]]:
+    """Run every function `warmup` times, then `reps` times in alternating (ABBA) order. Returns, per function,
+    the wall-clock seconds per call, the values the timed calls returned and the process CPU seconds per call
+    (user + system, all threads: a check on wall times when other processes share the cores)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    values: dict[str, list[Any]] = {name: [] for name in fns}
+    for rep in range(reps):
+        order = list(fns) if rep % 2 == 0 else list(reversed(list(fns)))
+        for name in order:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            values[name].append(fns[name]())
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return times, values, cpu
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, float]:
+    """Per-rep ratios numerator[i] / denominator[i] (the same rep ran both back to back), summarised."""
+    return summary([a / b for a, b in zip(numerator, denominator, strict=True)])
+
+
+def fmt(stats: dict[str, float], scale: float = 1.0, digits: int = 0) -> str:
+    median, q1, q3 = (stats[k] * scale for k in ("median", "q1", "q3"))
+    return f"{median:,.{digits}f} [{q1:,.{digits}f}-{q3:,.{digits}f}]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sections
+
+
+def check_same_function(size: dict[str, int], batch: Batch) -> float:
+    """Max |logits ours - logits Marian| in eval mode on one batch (the two must compute the same function)."""
+    models = build_models(size)
+    with torch.no_grad():
+        logits = [
+            models[name]
+            .eval()(
+                input_ids=batch.input_ids[:8],
+                attention_mask=batch.attention_mask[:8],
+                decoder_input_ids=batch.decoder_input_ids[:8],
+            )
+            .logits
+            for name in MODELS
+        ]
+    return float((logits[0] - logits[1]).abs().max())
+
+
+def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup: int) -> dict[str, Any]:
+    """Training steps of both models in fp32 and bf16 autocast, interleaved with the GEMM suites."""
+    fns: dict[str, Callable[[], Any]] = {}
+    for dtype in DTYPES:
+        models = build_models(size)
+        for name in MODELS:
+            fns[f"{name}/{dtype}"] = train_steps(models[name], batches, dtype)
+        fns[f"gemm/{dtype}"] = gemm_suite(size, dtype)
+    times, values, cpu = interleaved(fns, reps, warmup)
+    rates = {
+        dtype: {shape: [rep[shape] for rep in values[f"gemm/{dtype}"]] for shape in values[f"gemm/{dtype}"][0]}
+        for dtype in DTYPES
+    }
+    tokens = sum(b.target_tokens for b in batches)
+    flops = sum(train_flops(size, b.input_ids.shape[0], b.input_ids.shape[1], b.labels.shape[1]) for b in batches)
+    result: dict[str, Any] = {"target_tokens": tokens, "flops": flops, "batches": len(batches)}
+    for dtype in DTYPES:
+        ceiling_per_shape = {shape: summary(values) for shape, values in rates[dtype].items()}
+        ceiling = max(s["median"] for s in ceiling_per_shape.values())
+        result[dtype] = {"gemm_flops_per_s": ceiling_per_shape, "gemm_ceiling": ceiling}
+        for name in MODELS:
+            seconds = times[f"{name}/{dtype}"]
+            result[dtype][name] = {
+                "seconds": summary(seconds),
+                "cpu_seconds": summary(cpu[f"{name}/{dtype}"]),
+                "target_tokens_per_s": summary([tokens / s for s in seconds]),
+                "achieved_flops_per_s": flops / statistics.median(seconds),
+                "fraction_of_gemm_ceiling": flops / statistics.median(seconds) / ceiling,
+            }
+        result[dtype]["ratio_ours_over_marian"] = paired_ratio(
+            [tokens / s for s in times[f"ours/{dtype}"]], [tokens / s for s in times[f"marian/{dtype}"]]
+        )
+    for name in MODELS:
+        result[f"{name}_bf16_over_fp32"] = paired_ratio(times[f"{name}/fp32"], times[f"{name}/bf16"])
+    return result
+
+
+def section_encoder(size: dict[str, int], batches: list[Batch], reps: int, warmup: int) -> dict[str, Any]:
+    fns = {}
+    for dtype in DTYPES:
+        models = build_models(size)
+        for name in MODELS:
+            fns[f"{name}/{dtype}"] = encoder_forward(models[name], batches, dtype)
+    times, _, cpu = interleaved(fns, reps, warmup)
+    tokens = sum(b.source_tokens for b in batches)
+    result: dict[str, Any] = {"source_tokens": tokens}
+    for dtype in DTYPES:
+        result[dtype] = {
+            name: {
+                "source_tokens_per_s": summary([tokens / s for s in times[f"{name}/{dtype}"]]),
+                "cpu_seconds": summary(cpu[f"{name}/{dtype}"]),
+            }
+            for name in MODELS
+        }
+        result[dtype]["ratio_ours_over_marian"] = paired_ratio(times[f"marian/{dtype}"], times[f"ours/{dtype}"])
+    return result
+
+
+def section_generate(size: dict[str, int], reps: int, warmup: int) -> dict[str, Any]:
+    """Greedy and beam-4 with the cache, batch 1 and 16, exactly NEW_TOKENS new tokens."""
+    input_ids, attention_mask = generation_sources(size["vocab_size"], 16)
+    models = build_models(size)
+    result: dict[str, Any] = {}
+    for dtype in DTYPES:
+        for rows in (1, 16):
+            ids = input_ids[:rows, : int(attention_mask[:rows].sum(-1).max())]
+            mask = attention_mask[:rows, : ids.shape[1]]
+            for beams in (1, 4):
+                fns = {name: generation(models[name], ids, mask, beams, dtype) for name in MODELS}
+                times, outputs, cpu = interleaved(fns, reps, warmup)
+                outputs = {name: outputs[name][-1] for name in MODELS}
+                key = f"{dtype}/{'greedy' if beams == 1 else 'beam4'}/batch{rows}"
+                result[key] = {
+                    name: {
+                        "seconds": summary(times[name]),
+                        "cpu_seconds": summary(cpu[name]),
+                        "new_tokens_per_s": summary([rows * NEW_TOKENS / s for s in times[name]]),
+                    }
+                    for name in MODELS
+                }
+                result[key]["ratio_ours_over_marian"] = paired_ratio(times["marian"], times["ours"])
+                result[key]["same_tokens"] = bool(torch.equal(outputs["ours"], outputs["marian"]))
+                print(f"  {key:24s} ours/Marian {fmt(result[key]['ratio_ours_over_marian'], digits=3)}", flush=True)
+    return result
+
+
+def memory_worker(config: str, name: str, dtype: str) -> dict[str, float]:
+    """In a fresh process: peak resident memory of training steps of one model (see bench/README.md)."""
+    size = CONFIGS[config]
+    batches = bench_batches(size["vocab_size"])
+    torch.manual_seed(0)
+    model = prepare(build_ours(size) if name == "ours" else build_marian(size))
+    step = train_steps(model, batches, dtype)
+    step()  # warm-up: optimizer state, allocator pools, lazily built tables
+    rss_before = _status_kb("VmRSS")
+    reset = _reset_peak_rss()
+    step()
+    peak = _status_kb("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "peak_rss_mb": peak / 1024,
+        "rss_before_steps_mb": rss_before / 1024,
+        "step_peak_increase_mb": (peak - rss_before) / 1024,
+        "peak_was_reset": reset,
+    }
+
+
+def _status_kb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def _reset_peak_rss() -> bool:
+    """Linux: writing 5 to /proc/self/clear_refs resets the peak resident set size (VmHWM) to the current one."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def section_memory(config: str, rounds: int) -> dict[str, Any]:
+    """Each (model, dtype) in its own fresh subprocess, `rounds` times, alternating the order. glibc is told to
+    give every freed block of 64 KiB or more back to the system at once, so that the resident peak follows the
+    live tensors rather than what the allocator happened to keep cached."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0", MALLOC_TOP_PAD_="0")
+    runs: dict[str, list[dict[str, float]]] = {}
+    for round_ in range(rounds):
+        jobs = [(name, dtype) for dtype in DTYPES for name in MODELS]
+        for name, dtype in jobs if round_ % 2 == 0 else reversed(jobs):
+            command = [sys.executable, "-m", "bench.bench", "--config", config, "--memory-worker", name, dtype]
+            output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+            runs.setdefault(f"{name}/{dtype}", []).append(json.loads(output.strip().splitlines()[-1]))
+    result: dict[str, Any] = {}
+    for key, values in runs.items():
+        result[key] = {field: summary([v[field] for v in values]) for field in values[0] if field != "peak_was_reset"}
+        result[key]["peak_was_reset"] = all(v["peak_was_reset"] for v in values)
+    for dtype in DTYPES:
+        result[f"ratio_ours_over_marian/{dtype}"] = (
+            result[f"ours/{dtype}"]["peak_rss_mb"]["median"] / result[f"marian/{dtype}"]["peak_rss_mb"]["median"]
+        )
+    return result
+
+
+def section_loss_curve(size: dict[str, int], steps: int) -> dict[str, Any]:
+    """Our model trained for `steps` steps in fp32 and in bf16 autocast from the same seed (same weights, same
+    batches, same dropout draws) on a learnable task: the target is the source reversed (64 distinct tokens)."""
+    generator = torch.Generator().manual_seed(2)
+    batches = []
+    for _ in range(steps):
+        rows, length = 64, 16
+        source = torch.randint(4, 68, (rows, length), generator=generator)
+        source[:, -1] = EOS
+        labels = torch.cat([source[:, :-1].flip(1), source[:, -1:]], 1)
+        decoder_input_ids = torch.cat([torch.full((rows, 1), PAD), labels[:, :-1]], 1)
+        batches.append(Batch(source, torch.ones_like(source), decoder_input_ids, labels))
+    curves = {}
+    for dtype in DTYPES:
+        model = build_models(size, seed=3)["ours"].train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 10))
+        torch.manual_seed(4)
+        curve = []
+        for batch in batches:
+            with autocast(dtype):
+                logits = model(
+                    input_ids=batch.input_ids,
+                    attention_mask=batch.attention_mask,
+                    decoder_input_ids=batch.decoder_input_ids,
+                ).logits
+                loss = smoothed_loss(logits, batch.labels)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            curve.append(loss.item())
+        curves[dtype] = curve
+    relative = [abs(b - a) / a for a, b in zip(curves["fp32"], curves["bf16"], strict=True)]
+    tail = max(1, steps // 4)
+    return {
+        "fp32": curves["fp32"],
+        "bf16": curves["bf16"],
+        "max_relative_difference": max(relative),
+        "mean_relative_difference_last_quarter": statistics.mean(relative[-tail:]),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def environment(threads: int) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def print_report(results: dict[str, Any]) -> None:
+    env = results["environment"]
+    print(
+        f"\n{env['date']}  torch {env['torch']}  transformers {env['transformers']}  {env['cpu']}  "
+        f"{env['threads']} threads  load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
+    )
+    print("medians [interquartile range]; ratios are medians of per-rep ratios (> 1: ours faster or smaller)")
+    print("| measure | ours | Marian | ours/Marian |\n|---|---|---|---|")
+    if "train" in results:
+        train = results["train"]
+        for dtype in DTYPES:
+            row = train[dtype]
+            print(
+                f"| train step {dtype}, target tok/s | {fmt(row['ours']['target_tokens_per_s'])} | "
+                f"{fmt(row['marian']['target_tokens_per_s'])} | {fmt(row['ratio_ours_over_marian'], digits=3)} |"
+            )
+        for dtype in DTYPES:
+            row = train[dtype]
+            print(
+                f"| train {dtype}: GEMM ceiling {row['gemm_ceiling'] / 1e9:.0f} GFLOP/s, achieved | "
+                f"{row['ours']['achieved_flops_per_s'] / 1e9:.0f} GFLOP/s = "
+                f"{100 * row['ours']['fraction_of_gemm_ceiling']:.0f}% | "
+                f"{row['marian']['achieved_flops_per_s'] / 1e9:.0f} GFLOP/s = "
+                f"{100 * row['marian']['fraction_of_gemm_ceiling']:.0f}% | |"
+            )
+        print(
+            f"| train bf16 / fp32 speed-up | {fmt(train['ours_bf16_over_fp32'], digits=2)} | "
+            f"{fmt(train['marian_bf16_over_fp32'], digits=2)} | |"
+        )
+    if "encoder" in results:
+        for dtype in DTYPES:
+            row = results["encoder"][dtype]
+            print(
+                f"| encoder forward {dtype}, source tok/s | {fmt(row['ours']['source_tokens_per_s'])} | "
+                f"{fmt(row['marian']['source_tokens_per_s'])} | {fmt(row['ratio_ours_over_marian'], digits=3)} |"
+            )
+    if "generate" in results:
+        for key, row in results["generate"].items():
+            print(
+                f"| generate {key}, ms | {fmt(row['ours']['seconds'], 1e3, 1)} | "
+                f"{fmt(row['marian']['seconds'], 1e3, 1)} | "
+                f"{fmt(row['ratio_ours_over_marian'], digits=3)} |"
+            )
+    if "memory" in results:
+        memory = results["memory"]
+        for dtype in DTYPES:
+            print(
+                f"| peak RSS of training steps {dtype}, MB | {fmt(memory[f'ours/{dtype}']['peak_rss_mb'])} | "
+                f"{fmt(memory[f'marian/{dtype}']['peak_rss_mb'])} | "
+                f"{1 / memory[f'ratio_ours_over_marian/{dtype}']:.3f} |"
+            )
+    if "loss_curve" in results:
+        curve = results["loss_curve"]
+        print(
+            f"\nbf16 autocast vs fp32 loss ({len(curve['fp32'])} steps, same seed): max relative difference "
+            f"{curve['max_relative_difference']:.4f}, mean over the last quarter "
+            f"{curve['mean_relative_difference_last_quarter']:.4f}; final loss fp32 {curve['fp32'][-1]:.4f}, "
+            f"bf16 {curve['bf16'][-1]:.4f}"
+        )
+    if "same_function_max_abs_logit_difference" in results:
+        difference = results["same_function_max_abs_logit_difference"]
+        print(f"max |logits ours - logits Marian| (eval, same weights): {difference:.2e}")
+
+
+SECTIONS = ("train", "encoder", "generate", "memory", "loss_curve")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--reps", type=int, default=7, help="timed reps per measurement (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--memory-rounds", type=int, default=3)
+    parser.add_argument("--loss-steps", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", help="write the results to this JSON file")
+    parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.memory_worker:
+        print(json.dumps(memory_worker(args.config, *args.memory_worker)))
+        return
+
+    size = CONFIGS[args.config]
+    batches = bench_batches(size["vocab_size"])
+    results: dict[str, Any] = {"environment": environment(args.threads), "config": args.config, "size": size}
+    results["same_function_max_abs_logit_difference"] = check_same_function(size, batches[1])
+    shapes = [(*b.input_ids.shape, b.labels.shape[1]) for b in batches]
+    print(f"config {args.config} {size}; training batches (rows, S, T): {shapes}", flush=True)
+    for section in args.sections:
+        start = time.perf_counter()
+        print(f"[{section}]", flush=True)
+        if section == "train":
+            results[section] = section_train(size, batches, args.reps, args.warmup)
+        elif section == "encoder":
+            results[section] = section_encoder(size, batches, args.reps, args.warmup)
+        elif section == "generate":
+            results[section] = section_generate(size, args.reps, args.warmup)
+        elif section == "memory":
+            results[section] = section_memory(args.config, args.memory_rounds)
+        elif section == "loss_curve":
+            results[section] = section_loss_curve(size, args.loss_steps)
+        print(f"  {time.perf_counter() - start:.0f} s", flush=True)
+    results["load_average_at_end"] = os.getloadavg()
+    print_report(results)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
