@@ -542,6 +542,13 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         seq_length = inputs_embeds.shape[1]
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         position_ids = torch.arange(seq_length, device=inputs_embeds.device) + past_length
+        # The position tables need the number of positions as a Python int. A static cache counts its length in a
+        # tensor (so that torch.compile sees one graph for every step); compiled, that count cannot be read back (a
+        # data-dependent branch), and the cache's capacity, which bounds every position it can hold, stands in.
+        if isinstance(past_length, torch.Tensor) and torch.compiler.is_compiling():
+            num_positions = max(past_key_values.get_max_length(), seq_length)
+        else:
+            num_positions = int(past_length) + seq_length
         self_attention_cache = (
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
         )
@@ -556,7 +563,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         encoder_attention_mask = self.cross_attention_mask(
             encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
         )
-        positions = self.embed_positions(position_ids, past_length + seq_length)
+        positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         for decoder_layer in self.layers:
