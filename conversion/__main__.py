@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from . import fairseq, marian
+from . import fairseq, marian, opennmt
 
 # Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
 # is the format's help. Add a format with one line here.
 FORMATS: dict[str, Any] = {
     "fairseq": fairseq,
     "marian": marian,
+    "opennmt": opennmt,
     "to-marian": marian.ToMarian,
 }
 
