@@ -216,9 +216,10 @@ class VanillaTransformerConfig(PretrainedConfig):
             limit = self.vocab_size if name in ("bos_token_id",) else self.decoder_vocab_size
             limit = min(self.vocab_size, self.decoder_vocab_size) if name == "pad_token_id" else limit
             if value is not None and not 0 <= value < limit:
+                sizes = "`vocab_size`" if name == "bos_token_id" else "`vocab_size` / `decoder_vocab_size`"
                 raise ValueError(
-                    f"`{name}` must lie inside the vocabulary [0, {limit}), got {value}. Use the id your tokenizer "
-                    "gives this token, or enlarge the vocabulary."
+                    f"`{name}` must lie inside the vocabulary [0, {limit}) set by {sizes}, got {value}. Use the id "
+                    "your tokenizer gives this token, or enlarge the vocabulary."
                 )
 
     @classmethod

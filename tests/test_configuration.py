@@ -80,11 +80,16 @@ ERRORS = [
     (dict(layer_norm_eps=0), "`layer_norm_eps` must be a positive number, got 0"),
     (dict(init_std=-1.0), "`init_std` must be a positive number, got -1.0"),
     (dict(decoder_vocab_size=10), "`decoder_vocab_size` (10) differs from `vocab_size` (37000)"),
-    (dict(pad_token_id=37000), "`pad_token_id` must lie inside the vocabulary [0, 37000), got 37000"),
+    (
+        dict(pad_token_id=37000),
+        "`pad_token_id` must lie inside the vocabulary [0, 37000) set by `vocab_size` / `decoder_vocab_size`, "
+        "got 37000",
+    ),
     (dict(eos_token_id="2"), "`eos_token_id` must be an integer token id or None, got '2'"),
     (
         dict(share_encoder_decoder_embeddings=False, decoder_vocab_size=10, decoder_start_token_id=12),
-        "`decoder_start_token_id` must lie inside the vocabulary [0, 10), got 12",
+        "`decoder_start_token_id` must lie inside the vocabulary [0, 10) set by `vocab_size` / "
+        "`decoder_vocab_size`, got 12",
     ),
     (dict(d_model=9, encoder_attention_heads=1, decoder_attention_heads=1), "`d_model` must be even for sinusoidal"),
 ]
