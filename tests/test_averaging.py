@@ -50,6 +50,10 @@ def test_low_precision_tensors_are_accumulated_in_float32(tmp_path) -> None:
         ({"w": torch.zeros(2, 2), "extra": torch.zeros(1)}, r"different tensors .* extra \['extra'\]"),
         ({"w": torch.zeros(2, 3)}, r"Tensor `w` is \(2, 3\) torch.float32 in .* but \(2, 2\) torch.float32"),
         ({"w": torch.zeros(2, 2, dtype=torch.float16)}, "torch.float16 in .* but .* torch.float32"),
+        ({"v": torch.zeros(2, 2)}, r"different tensors .* missing \['w'\], extra \['v'\]"),
+        ({"w": torch.zeros(4)}, r"Tensor `w` is \(4,\) torch.float32 in .* but \(2, 2\) torch.float32"),  # same numel
+        ({"w": torch.zeros(2, 2, dtype=torch.int64)}, r"torch.int64 in .* but \(2, 2\) torch.float32"),
+        ({"w": torch.zeros(2, 2, dtype=torch.bfloat16)}, "torch.bfloat16 in .* but .* torch.float32"),
     ],
 )
 def test_mismatched_checkpoints_are_refused(tmp_path, second, message) -> None:
@@ -71,6 +75,57 @@ def test_differing_integer_tensors_and_configs_are_refused(tmp_path) -> None:
     ]
     with pytest.raises(ValueError, match=r"config.json of .*d differs from that of .*c in \['d_model'\]"):
         average_checkpoints(paths)
+
+
+def test_a_mismatch_in_a_later_checkpoint_is_refused_naming_it(tmp_path) -> None:
+    paths = [write_checkpoint(tmp_path / name, {"w": torch.ones(2)}) for name in ("a", "b")]
+    paths.append(write_checkpoint(tmp_path / "c", {"w": torch.ones(3)}))
+    with pytest.raises(ValueError, match=r"Tensor `w` is \(3,\) torch.float32 in .*c but \(2,\) torch.float32 in .*a"):
+        average_checkpoints(paths)
+
+
+def test_config_json_in_only_one_checkpoint_is_refused(tmp_path) -> None:
+    paths = [
+        write_checkpoint(tmp_path / "a", {"w": torch.ones(1)}, {"d_model": 8}),
+        write_checkpoint(tmp_path / "b", {"w": torch.ones(1)}),
+    ]
+    with pytest.raises(ValueError, match=r"config.json of .*b differs from that of .*a in \['d_model'\]"):
+        average_checkpoints(paths)
+    with pytest.raises(ValueError, match=r"config.json of .*a differs from that of .*b in \['d_model'\]"):
+        average_checkpoints(paths[::-1])
+
+
+def test_configs_differing_only_in_bookkeeping_are_averaged(tmp_path) -> None:
+    """transformers_version, _name_or_path, dtype and use_cache change between saves of one model."""
+    first = {"d_model": 8, "transformers_version": "5.0", "_name_or_path": "a", "dtype": "float32", "use_cache": True}
+    second = {"d_model": 8, "transformers_version": "5.1", "_name_or_path": "b", "dtype": "bfloat16"}
+    paths = [
+        write_checkpoint(tmp_path / "a", {"w": torch.tensor([1.0])}, first),
+        write_checkpoint(tmp_path / "b", {"w": torch.tensor([3.0])}, second),
+    ]
+    assert torch.equal(average_checkpoints(paths)["w"], torch.tensor([2.0]))
+
+
+def test_a_tensor_repeated_across_shards_is_refused(tmp_path) -> None:
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    save_file({"w": torch.ones(2)}, folder / "model-00001-of-00002.safetensors")
+    save_file({"w": torch.zeros(2), "b": torch.ones(1)}, folder / "model-00002-of-00002.safetensors")
+    with pytest.raises(
+        ValueError, match=r"model-00002-of-00002.safetensors repeats tensors of another shard .*\['w'\]"
+    ):
+        average_checkpoints([folder])
+
+
+def test_models_of_different_configs_are_refused_before_writing(tmp_path) -> None:
+    """Same tensor names and shapes, different dropout: still two different models; nothing is written."""
+    tiny_model(seed=0).save_pretrained(tmp_path / "checkpoint-1")
+    tiny_model(seed=1, dropout=0.3).save_pretrained(tmp_path / "checkpoint-2")
+    with pytest.raises(
+        ValueError, match=r"config.json of .*checkpoint-2 differs from that of .*checkpoint-1 in \['dropout'\]"
+    ):
+        write_averaged_model([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"], tmp_path / "averaged")
+    assert not (tmp_path / "averaged").exists()
 
 
 def test_missing_and_empty_inputs_are_refused(tmp_path) -> None:
