@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train bench clean
+.PHONY: setup test lint train train-1h train-2h bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ test: setup lint
 # The main job: train on the bundled Multi30k EN->DE, evaluate, write outputs/multi30k-en-de. ARGS="..." adds options.
 train: setup
 	$(VENV)/bin/hf-vanilla-transformer train $(ARGS)
+
+# The longer runs of the README's table (issue 8): a wall-clock budget, bf16 autocast, a learning curve.
+train-1h: setup
+	$(VENV)/bin/hf-vanilla-transformer train --max-time 1h --bf16 --save-every 10m --curve-every 10m \
+		--output-dir runs/multi30k-en-de-1h $(ARGS)
+
+train-2h: setup
+	$(VENV)/bin/hf-vanilla-transformer train --max-time 2h --bf16 --save-every 10m --curve-every 10m \
+		--output-dir runs/multi30k-en-de-2h $(ARGS)
 
 # Ours against MarianMTModel, same architecture, same run (not part of the tests).
 bench: setup

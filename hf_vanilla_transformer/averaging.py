@@ -107,8 +107,19 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     }
 
 
-def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
-    """The `n` Trainer checkpoints `checkpoint-<step>` in `folder` with the highest steps, oldest first."""
+def is_complete_checkpoint(path: str | Path) -> bool:
+    """Whether the Trainer finished writing checkpoint folder `path`. It writes the folder in place, with
+    trainer_state.json last, so a checkpoint whose save was killed has none, or a truncated one."""
+    try:
+        json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) -> list[Path]:
+    """The `n` Trainer checkpoints `checkpoint-<step>` in `folder` with the highest steps, oldest first; with
+    `complete_only`, among those whose save finished (`is_complete_checkpoint`)."""
     folder = Path(folder)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"`n` must be a positive integer, got {n!r}.")
@@ -117,7 +128,9 @@ def last_checkpoints(folder: str | Path, n: int) -> list[Path]:
     found = sorted(
         (int(match.group(1)), child)
         for child in folder.iterdir()
-        if child.is_dir() and (match := _CHECKPOINT.match(child.name))
+        if child.is_dir()
+        and (match := _CHECKPOINT.match(child.name))
+        and (not complete_only or is_complete_checkpoint(child))
     )
     if len(found) < n:
         raise ValueError(f"Found {len(found)} checkpoints in {folder}; averaging the last {n} needs at least {n}.")
@@ -152,4 +165,10 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     return output_dir
 
 
-__all__ = ["average_checkpoints", "last_checkpoints", "load_safetensors_checkpoint", "write_averaged_model"]
+__all__ = [
+    "average_checkpoints",
+    "is_complete_checkpoint",
+    "last_checkpoints",
+    "load_safetensors_checkpoint",
+    "write_averaged_model",
+]

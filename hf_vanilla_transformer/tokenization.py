@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")
 BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
-DEFAULT_VOCAB_SIZE = 10000
+DEFAULT_VOCAB_SIZE = 8000
 # Long enough for any sentence-level corpus; the model's sinusoids extend past it if ever needed.
 DEFAULT_MODEL_MAX_LENGTH = 1024
 

@@ -228,6 +228,7 @@ class WallClockCallback(TrainerCallback, ExportableState):
         self.elapsed_before = 0.0
         self.last_save = 0.0
         self.last_elapsed = 0.0
+        self.saved_step = -1
         self.started: float | None = None
 
     def elapsed(self) -> float:
@@ -260,9 +261,16 @@ class WallClockCallback(TrainerCallback, ExportableState):
         if state.max_steps > 0 and state.global_step >= state.max_steps:
             control.should_save = True
 
+    def on_epoch_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # save_strategy="epoch" saves at the end of the epoch that a stop (max_steps, max_time) cuts short: the
+        # checkpoint saved at that update would be written again.
+        if state.global_step == self.saved_step:
+            control.should_save = False
+
     def on_save(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         # Any save (time, epoch or step) restarts the interval; the synchronised clock keeps processes in step.
         self.last_save = self.last_elapsed
+        self.saved_step = state.global_step
 
 
 class LearningCurveCallback(TrainerCallback):
