@@ -4,6 +4,7 @@ Hub-ready folder (safetensors weights, config, generation config, tokenizer, mod
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
@@ -132,6 +134,31 @@ def verify_logits(
             "for this dtype); the folder must not be used as an exact copy of the source model."
         )
     return max_diff
+
+
+@torch.no_grad()
+def reference_logits(
+    model: PreTrainedModel, reference: str | os.PathLike, atol: float, atol_fp32: float, source: str = "upstream"
+) -> dict[str, float]:
+    """Our logits against the source implementation's, stored by its reference script (conversion/reference/,
+    tests/conversion/fixtures/make_fixtures.py) as a safetensors file: float64 logits (`logits_fp64`, when stored)
+    within `atol`, which tests the conversion itself; fp32 `logits` and, when stored, `log_probs` (what a
+    log_softmax generator decodes with) within `atol_fp32`. Two fp32 implementations differ by their rounding
+    alone. Padded target positions are not compared. Returns the max-abs differences by kind."""
+    tensors = load_file(str(reference))
+    inputs = {name: tensors[name] for name in ("input_ids", "attention_mask", "decoder_input_ids")}
+    inputs["decoder_attention_mask"] = mask = tensors["decoder_attention_mask"]
+    diffs = {}
+    if "logits_fp64" in tensors:
+        logits = copy.deepcopy(model).double()(**inputs).logits
+        diffs["fp64"] = verify_logits(tensors["logits_fp64"], logits, atol, mask=mask, what=f"{source} vs ours, fp64")
+    logits = model(**inputs).logits
+    diffs["fp32"] = verify_logits(tensors["logits"], logits, atol_fp32, mask=mask, what=f"{source} vs ours, fp32")
+    if "log_probs" in tensors:
+        what = f"{source} vs ours, fp32 log-probabilities"
+        log_probs = logits.log_softmax(-1)
+        diffs["log_probs"] = verify_logits(tensors["log_probs"], log_probs, atol_fp32, mask=mask, what=what)
+    return diffs
 
 
 def model_card(title: str, source: str, facts: Mapping[str, str], usage: str, notes: Sequence[str] = ()) -> str:

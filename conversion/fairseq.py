@@ -19,7 +19,6 @@ there, no </s> as the first token (min_len 1), <pad> never generated.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import math
 from dataclasses import dataclass
@@ -27,13 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import GenerationConfig, LogitsProcessor, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import KeyRule, load_with_key_map, model_card, safe_torch_load, verify_logits, write_folder
+from ._common import (
+    KeyRule,
+    load_with_key_map,
+    model_card,
+    reference_logits,
+    safe_torch_load,
+    verify_logits,
+    write_folder,
+)
 
 # fairseq's Dictionary always starts with these four, in this order (bos 0, pad 1, eos 2, unk 3).
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
@@ -456,25 +462,6 @@ class FairseqEOSAtMaxLength(LogitsProcessor):
 
 
 @torch.no_grad()
-def reference_logits(
-    model: VanillaTransformerForConditionalGeneration, reference: Path, atol: float, atol_fp32: float
-) -> dict[str, float]:
-    """Check our logits against fairseq's, stored by conversion/reference/make_fairseq_reference.py: float64 (when
-    stored) within `atol`, which tests the conversion itself, and fp32 within `atol_fp32`. Two fp32 implementations
-    differ by their rounding alone (fixture: ~1.5e-5 each from the exact value at |logit| ~ 28, a few ulp)."""
-    tensors = load_file(str(reference))
-    inputs = {name: tensors[name] for name in ("input_ids", "attention_mask", "decoder_input_ids")}
-    inputs["decoder_attention_mask"] = mask = tensors["decoder_attention_mask"]
-    diffs = {}
-    if "logits_fp64" in tensors:
-        logits = copy.deepcopy(model).double()(**inputs).logits
-        diffs["fp64"] = verify_logits(tensors["logits_fp64"], logits, atol, mask=mask, what="fairseq vs ours, fp64")
-    logits = model(**inputs).logits
-    diffs["fp32"] = verify_logits(tensors["logits"], logits, atol_fp32, mask=mask, what="fairseq vs ours, fp32")
-    return diffs
-
-
-@torch.no_grad()
 def check_written(model: VanillaTransformerForConditionalGeneration, output: Path) -> None:
     """The folder must reproduce the in-memory model exactly (tied weights saved once, buffers recomputed)."""
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(output).eval()
@@ -547,7 +534,7 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
     converted = load_fairseq(checkpoint, dict_dir, args.source_lang, args.target_lang)
     model, tokenizers, facts = converted.model, converted.tokenizers, converted.facts
     if args.reference is not None:
-        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32)
+        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32, "fairseq")
         measured = ", ".join(f"{diff:.1e} in {dtype}" for dtype, diff in diffs.items())
         facts["Verification"] = f"max abs logit difference to fairseq: {measured} (`{args.reference.name}`)"
     else:

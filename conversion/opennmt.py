@@ -24,7 +24,6 @@ config is onmt_translate's defaults: beam 5, no length penalty, at most max_leng
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import re
 from dataclasses import dataclass
@@ -32,14 +31,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
-from ._common import KeyRule, load_with_key_map, model_card, safe_torch_load, verify_logits, write_folder
+from ._common import (
+    KeyRule,
+    load_with_key_map,
+    model_card,
+    reference_logits,
+    safe_torch_load,
+    verify_logits,
+    write_folder,
+)
 
 PAD, BOS, EOS, UNK = "<blank>", "<s>", "</s>", "<unk>"  # OpenNMT-py's DefaultTokens
 CHECKPOINT_NAMES = ("model.pt",)
@@ -437,29 +443,6 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
 
 
 @torch.no_grad()
-def reference_logits(
-    model: VanillaTransformerForConditionalGeneration, reference: Path, atol: float, atol_fp32: float
-) -> dict[str, float]:
-    """Check our outputs against OpenNMT-py's, stored by conversion/reference/make_opennmt_reference.py: float64
-    logits (when stored) within `atol`, which tests the conversion itself; fp32 logits and log-probabilities (what
-    onmt_translate decodes with) within `atol_fp32`."""
-    tensors = load_file(str(reference))
-    inputs = {name: tensors[name] for name in ("input_ids", "attention_mask", "decoder_input_ids")}
-    inputs["decoder_attention_mask"] = mask = tensors["decoder_attention_mask"]
-    diffs = {}
-    if "logits_fp64" in tensors:
-        logits = copy.deepcopy(model).double()(**inputs).logits
-        diffs["fp64"] = verify_logits(tensors["logits_fp64"], logits, atol, mask=mask, what="OpenNMT-py vs ours, fp64")
-    logits = model(**inputs).logits
-    diffs["fp32"] = verify_logits(tensors["logits"], logits, atol_fp32, mask=mask, what="OpenNMT-py vs ours, fp32")
-    if "log_probs" in tensors:
-        diffs["log_probs"] = verify_logits(
-            tensors["log_probs"], logits.log_softmax(-1), atol_fp32, mask=mask, what="OpenNMT-py vs ours, log-probs"
-        )
-    return diffs
-
-
-@torch.no_grad()
 def check_written(model: VanillaTransformerForConditionalGeneration, output: Path) -> None:
     """The folder must reproduce the in-memory model exactly (tied weights saved once, tables recomputed)."""
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(output).eval()
@@ -526,7 +509,7 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
     converted = load_opennmt(checkpoint)
     model, tokenizers, settings, facts = converted.model, converted.tokenizers, converted.settings, converted.facts
     if args.reference is not None:
-        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32)
+        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32, "OpenNMT-py")
         measured = ", ".join(f"{diff:.1e} in {name}" for name, diff in diffs.items())
         facts["Verification"] = f"max abs difference to OpenNMT-py: {measured} (`{args.reference.name}`)"
     else:

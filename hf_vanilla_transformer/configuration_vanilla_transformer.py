@@ -54,6 +54,7 @@ _CHOICES = {
     "position_embedding_type": ("sinusoidal", "learned"),
     "sinusoidal_layout": ("interleaved", "concat", "fairseq"),
     "activation_function": ("relu", "gelu", "silu", "swish", "gelu_new"),
+    "layer_norm_type": ("standard", "annotated_std"),
 }
 _PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout")
 _POSITIVE_INTS = (
@@ -112,6 +113,8 @@ class VanillaTransformerConfig(PretrainedConfig):
             the paper is post-LN, LayerNorm(x + Sublayer(x)) (§3.1).
         add_final_layer_norm: Deviation: a LayerNorm after each stack (pre-LN models, `nn.Transformer`).
         layer_norm_eps: LayerNorm epsilon (not given in the paper; 1e-5 is PyTorch's and Marian's).
+        layer_norm_type: "standard" = LayerNorm as cited by §3.1 (Ba et al., 2016), (x - mean) / sqrt(var + eps).
+            Deviation: "annotated_std" = the Annotated Transformer's (x - mean) / (std + eps), unbiased std.
         init_std: Standard deviation of the normal initialisation of linear and embedding weights.
     """
 
@@ -147,6 +150,7 @@ class VanillaTransformerConfig(PretrainedConfig):
     normalize_before: bool = False
     add_final_layer_norm: bool = False
     layer_norm_eps: float = 1e-5
+    layer_norm_type: str = "standard"
     init_std: float = 0.02
     use_cache: bool = True
     is_encoder_decoder: bool = True

@@ -233,6 +233,29 @@ def build_positional_embedding(config: VanillaTransformerConfig) -> nn.Module:
     return VanillaTransformerSinusoidalPositionalEmbedding(config)
 
 
+class VanillaTransformerStdLayerNorm(nn.Module):
+    """Deviation (`layer_norm_type="annotated_std"`): the Annotated Transformer's LayerNorm,
+    weight * (x - mean) / (std + eps) + bias with the unbiased standard deviation, where the paper's LayerNorm
+    (Ba et al., 2016; `nn.LayerNorm`) is (x - mean) / sqrt(var + eps) with the biased variance."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        mean = hidden_states.mean(-1, keepdim=True)
+        std = hidden_states.std(-1, keepdim=True)  # unbiased (n - 1), as torch.Tensor.std
+        return self.weight * (hidden_states - mean) / (std + self.eps) + self.bias
+
+
+def build_layer_norm(config: VanillaTransformerConfig) -> nn.Module:
+    if config.layer_norm_type == "annotated_std":
+        return VanillaTransformerStdLayerNorm(config.d_model, config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+
 class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     """§3.1 Encoder layer, Figure 1 (left): self-attention then the position-wise FFN (§3.3, eq. (2)), each as
     LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
@@ -244,11 +267,11 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         self.dropout = config.dropout
         self.activation_dropout = config.activation_dropout
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn_layer_norm = build_layer_norm(config)
         self.activation_fn = ACT2FN[config.activation_function]
         self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)  # W1, b1
         self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)  # W2, b2
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = build_layer_norm(config)
 
     def forward(
         self,
@@ -290,13 +313,13 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.activation_dropout = config.activation_dropout
         heads = config.decoder_attention_heads
         self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn_layer_norm = build_layer_norm(config)
         self.encoder_attn = VanillaTransformerAttention(config, heads, layer_idx=layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn_layer_norm = build_layer_norm(config)
         self.activation_fn = ACT2FN[config.activation_function]
         self.fc1 = nn.Linear(config.d_model, config.decoder_ffn_dim)
         self.fc2 = nn.Linear(config.decoder_ffn_dim, config.d_model)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = build_layer_norm(config)
 
     def forward(
         self,
@@ -367,6 +390,9 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, VanillaTransformerSinusoidalPositionalEmbedding):
             # from_pretrained creates non-persistent buffers empty; the table must be computed again.
             init.copy_(module.table, module.create_table(module.table.shape[0]))
+        elif isinstance(module, VanillaTransformerStdLayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         # `_tied_weights_keys` is built per instance from the config (see __init__s), so it already says exactly
@@ -458,9 +484,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         self.embed_positions = build_positional_embedding(config)
         self.layers = nn.ModuleList([VanillaTransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
         # Deviation: a final LayerNorm after the stack (pre-LN models and nn.Transformer).
-        self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.add_final_layer_norm else None
-        )
+        self.layer_norm = build_layer_norm(config) if config.add_final_layer_norm else None
         self.post_init()
 
     @merge_with_config_defaults
@@ -509,9 +533,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         self.layers = nn.ModuleList(
             [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
         )
-        self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.add_final_layer_norm else None
-        )
+        self.layer_norm = build_layer_norm(config) if config.add_final_layer_norm else None
         self.post_init()
 
     @merge_with_config_defaults

@@ -101,6 +101,29 @@ def test_pre_ln_deviation_order() -> None:
     torch.testing.assert_close(layer(x), expected, atol=1e-12, rtol=0)
 
 
+def test_annotated_std_layer_norm_deviation() -> None:
+    """layer_norm_type="annotated_std": weight * (x - mean) / (std + eps) + bias, std with n - 1 (the Annotated
+    Transformer), written out element by element; every LayerNorm of the model, the final ones too."""
+    model = tiny_model(layer_norm_type="annotated_std", normalize_before=True, add_final_layer_norm=True).double()
+    norms = [module for name, module in model.named_modules() if name.endswith("layer_norm")]
+    assert len(norms) == 2 * 2 + 2 * 3 + 2 and all(type(norm).__name__.endswith("StdLayerNorm") for norm in norms)
+    norm = model.model.decoder.layer_norm
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(3, 32, dtype=torch.float64)
+    for row, output in zip(x.tolist(), norm(x).tolist(), strict=True):
+        mean = sum(row) / len(row)
+        std = math.sqrt(sum((v - mean) ** 2 for v in row) / (len(row) - 1))
+        expected = [
+            w * (v - mean) / (std + model.config.layer_norm_eps) + b
+            for v, w, b in zip(row, norm.weight.tolist(), norm.bias.tolist(), strict=True)
+        ]
+        assert max(abs(a - e) for a, e in zip(output, expected, strict=True)) < 1e-12
+    with pytest.raises(ValueError, match="layer_norm_type"):
+        tiny_model(layer_norm_type="rms")
+
+
 def closed_form_pe(pos: int, dim: int, layout: str, offset: int = 0) -> list[float]:
     """§3.5 written out element by element; the deviations as their implementations document them."""
     p = pos + offset
