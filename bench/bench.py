@@ -44,6 +44,13 @@ BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian'
 TOKEN_BUDGET = 4096  # rows x longest side of a batch, as the quality anchor's Multi30k batches
 NEW_TOKENS = 40  # generation is forced to exactly this many new tokens (min_new_tokens = max_new_tokens)
 LABEL_SMOOTHING = 0.1  # §5.4
+# Where the models run (`--device`); on a GPU every timed call ends with a synchronisation.
+DEVICE = torch.device("cpu")
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,7 +132,7 @@ def build_models(size: dict[str, int], seed: int = 0) -> dict[str, nn.Module]:
     with torch.no_grad():
         for key, value in ours_state.items():
             marian_state[key].copy_(value)
-    return {"ours": prepare(ours), "marian": prepare(marian)}
+    return {"ours": prepare(ours).to(DEVICE), "marian": prepare(marian).to(DEVICE)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -140,6 +147,10 @@ class Batch:
     attention_mask: torch.Tensor
     decoder_input_ids: torch.Tensor
     labels: torch.Tensor
+
+    def to(self, device: torch.device) -> Batch:
+        tensors = (self.input_ids, self.attention_mask, self.decoder_input_ids, self.labels)
+        return Batch(*(tensor.to(device) for tensor in tensors))
 
     @property
     def target_tokens(self) -> int:
@@ -224,12 +235,13 @@ def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def autocast(dtype: str) -> torch.autocast:
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+    return torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
 
 def train_steps(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[[], float]:
     """One training step (forward, loss, backward, AdamW) per batch; returns the last loss."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    batches = [batch.to(DEVICE) for batch in batches]
 
     def run() -> float:
         model.train()
@@ -245,17 +257,20 @@ def train_steps(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss.item()  # waits for the device
 
     return run
 
 
 def encoder_forward(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[[], None]:
+    batches = [batch.to(DEVICE) for batch in batches]
+
     def run() -> None:
         model.eval()
         with torch.no_grad(), autocast(dtype):
             for batch in batches:
                 model.get_encoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        synchronize()
 
     return run
 
@@ -263,10 +278,12 @@ def encoder_forward(model: nn.Module, batches: list[Batch], dtype: str) -> Calla
 def generation(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, beams: int, dtype: str
 ) -> Callable[[], torch.Tensor]:
+    input_ids, attention_mask = input_ids.to(DEVICE), attention_mask.to(DEVICE)
+
     def run() -> torch.Tensor:
         model.eval()
         with torch.no_grad(), autocast(dtype):
-            return model.generate(
+            output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 num_beams=beams,
@@ -275,6 +292,7 @@ def generation(
                 max_new_tokens=NEW_TOKENS,
                 use_cache=True,
             )
+        return output.cpu()  # waits for the device
 
     return run
 
@@ -309,7 +327,10 @@ def gemm_suite(size: dict[str, int], dtype: str) -> Callable[[], dict[str, float
     """torch.matmul on the step's GEMM shapes; returns FLOP/s per shape (one timed call each after one warm call)."""
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     operands = {
-        f"{m}x{k}x{n}": (torch.randn(m, k, dtype=torch_dtype), torch.randn(k, n, dtype=torch_dtype))
+        f"{m}x{k}x{n}": (
+            torch.randn(m, k, dtype=torch_dtype, device=DEVICE),
+            torch.randn(k, n, dtype=torch_dtype, device=DEVICE),
+        )
         for m, k, n in gemm_shapes(size)
     }
 
@@ -317,8 +338,10 @@ def gemm_suite(size: dict[str, int], dtype: str) -> Callable[[], dict[str, float
         rates = {}
         for name, (a, b) in operands.items():
             torch.matmul(a, b)
+            synchronize()
             start = time.perf_counter()
             torch.matmul(a, b)
+            synchronize()
             rates[name] = 2 * a.shape[0] * a.shape[1] * b.shape[1] / (time.perf_counter() - start)
         return rates
 
@@ -382,6 +405,7 @@ def fmt(stats: dict[str, float], scale: float = 1.0, digits: int = 0) -> str:
 def check_same_function(size: dict[str, int], batch: Batch) -> float:
     """Max |logits ours - logits Marian| in eval mode on one batch (the two must compute the same function)."""
     models = build_models(size)
+    batch = batch.to(DEVICE)
     with torch.no_grad():
         logits = [
             models[name]
@@ -520,6 +544,24 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def section_gpu_memory(size: dict[str, int], batches: list[Batch]) -> dict[str, Any]:
+    """On a GPU: the allocator's peak during one training step (after a warm-up step), per model and dtype."""
+    result: dict[str, Any] = {}
+    for dtype in DTYPES:
+        for name, model in build_models(size).items():
+            step = train_steps(model, batches, dtype)
+            step()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            result[f"{name}/{dtype}"] = {"peak_rss_mb": summary([torch.cuda.max_memory_allocated() / 2**20])}
+            del model, step
+            torch.cuda.empty_cache()
+        result[f"ratio_ours_over_marian/{dtype}"] = (
+            result[f"ours/{dtype}"]["peak_rss_mb"]["median"] / result[f"marian/{dtype}"]["peak_rss_mb"]["median"]
+        )
+    return result
+
+
 def section_memory(config: str, rounds: int) -> dict[str, Any]:
     """Each (model, dtype) in its own fresh subprocess, `rounds` times, alternating the order. glibc is told to
     give every freed block of 64 KiB or more back to the system at once, so that the resident peak follows the
@@ -554,7 +596,7 @@ def section_loss_curve(size: dict[str, int], steps: int) -> dict[str, Any]:
         source[:, -1] = EOS
         labels = torch.cat([source[:, :-1].flip(1), source[:, -1:]], 1)
         decoder_input_ids = torch.cat([torch.full((rows, 1), PAD), labels[:, :-1]], 1)
-        batches.append(Batch(source, torch.ones_like(source), decoder_input_ids, labels))
+        batches.append(Batch(source, torch.ones_like(source), decoder_input_ids, labels).to(DEVICE))
     curves = {}
     for dtype in DTYPES:
         model = build_models(size, seed=3)["ours"].train()
@@ -604,6 +646,7 @@ def environment(threads: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu",
         "threads": threads,
         "load_average_at_start": os.getloadavg(),
     }
@@ -613,7 +656,8 @@ def print_report(results: dict[str, Any]) -> None:
     env = results["environment"]
     print(
         f"\n{env['date']}  torch {env['torch']}  transformers {env['transformers']}  {env['cpu']}  "
-        f"{env['threads']} threads  load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
+        f"{env['threads']} threads  {env.get('device', 'cpu')}  "
+        f"load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
     )
     print("medians [interquartile range]; ratios are medians of per-rep ratios (> 1: ours faster or smaller)")
     print("| measure | ours | Marian | ours/Marian |\n|---|---|---|---|")
@@ -654,9 +698,11 @@ def print_report(results: dict[str, Any]) -> None:
             )
     if "memory" in results:
         memory = results["memory"]
+        memory_kind = "RSS" if env.get("device", "cpu") == "cpu" else "GPU memory"
         for dtype in DTYPES:
             print(
-                f"| peak RSS of training steps {dtype}, MB | {fmt(memory[f'ours/{dtype}']['peak_rss_mb'])} | "
+                f"| peak {memory_kind} of training steps {dtype}, MB | "
+                f"{fmt(memory[f'ours/{dtype}']['peak_rss_mb'])} | "
                 f"{fmt(memory[f'marian/{dtype}']['peak_rss_mb'])} | "
                 f"{1 / memory[f'ratio_ours_over_marian/{dtype}']:.3f} |"
             )
@@ -685,9 +731,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-rounds", type=int, default=3)
     parser.add_argument("--loss-steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: a lent GPU")
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
     if args.memory_worker:
         print(json.dumps(memory_worker(args.config, *args.memory_worker)))
@@ -708,6 +757,8 @@ def main(argv: list[str] | None = None) -> None:
             results[section] = section_encoder(size, batches, args.reps, args.warmup)
         elif section == "generate":
             results[section] = section_generate(size, args.reps, args.warmup)
+        elif section == "memory" and DEVICE.type == "cuda":
+            results[section] = section_gpu_memory(size, batches)
         elif section == "memory":
             results[section] = section_memory(args.config, args.memory_rounds)
         elif section == "loss_curve":

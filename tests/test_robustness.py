@@ -134,6 +134,37 @@ def test_bf16_forward_and_generation_with_padding() -> None:
     assert generated.shape[0] == 3
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CI has none; run on a lent GPU machine)")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_half_precision_on_the_gpu_with_padding(dtype: torch.dtype, attn_implementation: str) -> None:
+    """fp16/bf16 on the GPU, weights cast and under autocast: finite logits with padded and all-padding source rows,
+    within 0.02 (fp16, 11 mantissa bits) or 0.1 (bf16, 8 bits) of fp32 on real rows; beam search stays finite."""
+    model = tiny_model().cuda()
+    model.set_attn_implementation(attn_implementation)
+    batch = {name: tensor.cuda() for name, tensor in random_batch().items()}
+    batch["attention_mask"][2] = 0  # an all-padding row: masked softmax over nothing must not give NaN
+    reference = model(**batch).logits
+    tolerance = 0.02 if dtype == torch.float16 else 0.1
+    with torch.autocast("cuda", dtype=dtype):
+        autocast = model(**batch).logits.float()
+    cast = model.to(dtype)
+    logits = cast(**batch).logits
+    assert logits.dtype == dtype
+    for result in (autocast, logits.float()):
+        assert torch.isfinite(result).all()
+        assert (result[:2] - reference[:2]).abs().max() < tolerance
+    generated = cast.generate(
+        input_ids=batch["input_ids"][:2],
+        attention_mask=batch["attention_mask"][:2],
+        num_beams=3,
+        max_new_tokens=8,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    assert all(torch.isfinite(score[score > float("-inf")]).all() for score in generated.scores)
+
+
 def test_no_pickle_loads_anywhere_in_the_repo() -> None:
     """Untrusted files are read as safetensors, or with torch.load(weights_only=True) and an allow-list."""
     offenders = []
