@@ -21,9 +21,11 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -478,31 +480,90 @@ def section_encoder(size: dict[str, int], batches: list[Batch], reps: int, warmu
     return result
 
 
+def ctranslate2_translators(model: nn.Module, folder: Path) -> dict[str, Any]:
+    """Our weights through the Marian exporter (conversion/marian.py) into CTranslate2, float32 and int8, on the
+    CPU with this process's thread count. A word-level vocabulary ("w4", ...) stands in for a tokenizer."""
+    import ctranslate2
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from conversion.marian import export
+
+    vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, "<unk>": 3} | {
+        f"w{i}": i for i in range(4, model.config.vocab_size)
+    }
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+    )
+    model.save_pretrained(folder / "ours")
+    tokenizer.save_pretrained(folder / "ours")
+    flags = dict(atol=1e-4, atol_fp32=1e-4, keep_token_ids=False, allow_nonzero_start_embedding=False)
+    export(argparse.Namespace(source=folder / "ours", output=folder / "marian", **flags))
+    ctranslate2.converters.TransformersConverter(str(folder / "marian")).convert(str(folder / "ct2"))
+    threads = torch.get_num_threads()
+    return {
+        f"ct2_{compute_type}": ctranslate2.Translator(
+            str(folder / "ct2"), device="cpu", compute_type=compute_type, intra_threads=threads
+        )
+        for compute_type in ("float32", "int8")
+    }
+
+
+def ct2_generation(translator: Any, source_tokens: list[list[str]], beams: int) -> Callable[[], Any]:
+    def run() -> Any:
+        return translator.translate_batch(
+            source_tokens, beam_size=beams, min_decoding_length=NEW_TOKENS, max_decoding_length=NEW_TOKENS
+        )
+
+    return run
+
+
 def section_generate(size: dict[str, int], reps: int, warmup: int) -> dict[str, Any]:
-    """Greedy and beam-4 with the cache, batch 1 and 16, exactly NEW_TOKENS new tokens."""
+    """Greedy and beam-4 with the cache, batch 1 and 16, exactly NEW_TOKENS new tokens; on the CPU, CTranslate2 on
+    the same weights as well (fp32 rows)."""
     input_ids, attention_mask = generation_sources(size["vocab_size"], 16)
     models = build_models(size)
     result: dict[str, Any] = {}
-    for dtype in DTYPES:
-        for rows in (1, 16):
-            ids = input_ids[:rows, : int(attention_mask[:rows].sum(-1).max())]
-            mask = attention_mask[:rows, : ids.shape[1]]
-            for beams in (1, 4):
-                fns = {name: generation(models[name], ids, mask, beams, dtype) for name in MODELS}
-                times, outputs, cpu = interleaved(fns, reps, warmup)
-                outputs = {name: outputs[name][-1] for name in MODELS}
-                key = f"{dtype}/{'greedy' if beams == 1 else 'beam4'}/batch{rows}"
-                result[key] = {
-                    name: {
-                        "seconds": summary(times[name]),
-                        "cpu_seconds": summary(cpu[name]),
-                        "new_tokens_per_s": summary([rows * NEW_TOKENS / s for s in times[name]]),
+    with tempfile.TemporaryDirectory() as folder:
+        translators = ctranslate2_translators(models["ours"], Path(folder)) if DEVICE.type == "cpu" else {}
+        for dtype in DTYPES:
+            for rows in (1, 16):
+                ids = input_ids[:rows, : int(attention_mask[:rows].sum(-1).max())]
+                mask = attention_mask[:rows, : ids.shape[1]]
+                tokens = [
+                    [f"w{i}" if i > EOS else "</s>" for i in row[row_mask.bool()].tolist()]
+                    for row, row_mask in zip(ids, mask, strict=True)
+                ]
+                for beams in (1, 4):
+                    fns = {name: generation(models[name], ids, mask, beams, dtype) for name in MODELS}
+                    if dtype == "fp32":
+                        fns |= {
+                            name: ct2_generation(translator, tokens, beams) for name, translator in translators.items()
+                        }
+                    times, outputs, cpu = interleaved(fns, reps, warmup)
+                    key = f"{dtype}/{'greedy' if beams == 1 else 'beam4'}/batch{rows}"
+                    result[key] = {
+                        name: {
+                            "seconds": summary(times[name]),
+                            "cpu_seconds": summary(cpu[name]),
+                            "new_tokens_per_s": summary([rows * NEW_TOKENS / s for s in times[name]]),
+                        }
+                        for name in fns
                     }
-                    for name in MODELS
-                }
-                result[key]["ratio_ours_over_marian"] = paired_ratio(times["marian"], times["ours"])
-                result[key]["same_tokens"] = bool(torch.equal(outputs["ours"], outputs["marian"]))
-                print(f"  {key:24s} ours/Marian {fmt(result[key]['ratio_ours_over_marian'], digits=3)}", flush=True)
+                    for name in fns:
+                        if name != "ours":
+                            result[key][f"ratio_ours_over_{name}"] = paired_ratio(times[name], times["ours"])
+                    result[key]["same_tokens"] = bool(torch.equal(outputs["ours"][-1], outputs["marian"][-1]))
+                    ratios = "  ".join(
+                        f"ours/{name} {fmt(result[key][f'ratio_ours_over_{name}'], digits=3)}"
+                        for name in fns
+                        if name != "ours"
+                    )
+                    print(f"  {key:24s} {ratios}", flush=True)
     return result
 
 
@@ -696,6 +757,14 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{fmt(row['marian']['seconds'], 1e3, 1)} | "
                 f"{fmt(row['ratio_ours_over_marian'], digits=3)} |"
             )
+        for key, row in results["generate"].items():
+            for name in ("ct2_float32", "ct2_int8"):
+                if name in row:
+                    print(
+                        f"| generate {key} against CTranslate2 {name[4:]}, ms | {fmt(row['ours']['seconds'], 1e3, 1)} "
+                        f"| {fmt(row[name]['seconds'], 1e3, 1)} (CTranslate2) | "
+                        f"{fmt(row[f'ratio_ours_over_{name}'], digits=3)} |"
+                    )
     if "memory" in results:
         memory = results["memory"]
         memory_kind = "RSS" if env.get("device", "cpu") == "cpu" else "GPU memory"

@@ -16,6 +16,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
 
+from hf_vanilla_transformer.files import replaced_folder
+
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal
 # chunks along dim 0 (fused Q/K/V projections); or None, a key dropped on purpose (a buffer without weights).
@@ -198,14 +200,13 @@ def write_folder(
 ) -> Path:
     """Write a Hub-ready folder: safetensors weights, config.json, generation_config.json, README.md, and each
     tokenizer in `tokenizers` under its relative subfolder ("" = the folder itself). Returns the folder."""
-    output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
     model.generation_config = generation_config
-    model.save_pretrained(output)  # safetensors; transformers 5 writes no pickle
-    for subfolder, tokenizer in (tokenizers or {}).items():
-        tokenizer.save_pretrained(output / subfolder)
-    (output / "README.md").write_text(card, encoding="utf-8")
-    return output
+    with replaced_folder(output_dir) as folder:  # written beside OUTPUT_DIR, then moved in: no half-written files
+        model.save_pretrained(folder)  # safetensors; transformers 5 writes no pickle
+        for subfolder, tokenizer in (tokenizers or {}).items():
+            tokenizer.save_pretrained(folder / subfolder)
+        (folder / "README.md").write_text(card, encoding="utf-8")
+    return Path(output_dir)
 
 
 __all__ = [

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .files import replaced_folder
+
 # config.json entries that differ between checkpoints of one run without changing the model.
 _CONFIG_KEYS_IGNORED = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -139,7 +141,8 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
 
 def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
     """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
-    files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one."""
+    files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one.
+    Written beside `output_dir` first, then moved in file by file (`replaced_folder`): a kill leaves no half file."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     import hf_vanilla_transformer  # noqa: F401 - registers the Auto classes
@@ -151,17 +154,17 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     if any(output_dir.resolve() == Path(path).resolve() for path in paths):
         raise ValueError(f"`output_dir` {output_dir} is one of the checkpoints to average; write to a new folder.")
     averaged = average_checkpoints(paths)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    # Load the mean through from_pretrained (strict for this package's models; tied weights are stored once), then
-    # save_pretrained adds auto_map and the code files.
-    save_file(averaged, output_dir / "model.safetensors", metadata={"format": "pt"})
-    (output_dir / "config.json").write_text((last / "config.json").read_text(encoding="utf-8"), encoding="utf-8")
-    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir)
-    if (last / "generation_config.json").is_file():
-        model.generation_config = GenerationConfig.from_pretrained(last)
-    model.save_pretrained(output_dir)
-    if (last / "tokenizer.json").is_file() or (last / "tokenizer_config.json").is_file():
-        AutoTokenizer.from_pretrained(last).save_pretrained(output_dir)
+    with replaced_folder(output_dir) as folder:
+        # Load the mean through from_pretrained (strict for this package's models; tied weights are stored once),
+        # then save_pretrained adds auto_map and the code files.
+        save_file(averaged, folder / "model.safetensors", metadata={"format": "pt"})
+        (folder / "config.json").write_text((last / "config.json").read_text(encoding="utf-8"), encoding="utf-8")
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+        if (last / "generation_config.json").is_file():
+            model.generation_config = GenerationConfig.from_pretrained(last)
+        model.save_pretrained(folder)
+        if (last / "tokenizer.json").is_file() or (last / "tokenizer_config.json").is_file():
+            AutoTokenizer.from_pretrained(last).save_pretrained(folder)
     return output_dir
 
 

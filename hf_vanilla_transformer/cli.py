@@ -645,7 +645,7 @@ def run_average(args: argparse.Namespace) -> int:
     if args.last is not None:
         if len(args.checkpoints) != 1:
             raise CommandError(f"`--last` takes one folder of checkpoints, got {len(args.checkpoints)} paths.")
-        paths = last_checkpoints(args.checkpoints[0], args.last)
+        paths = last_checkpoints(args.checkpoints[0], args.last, complete_only=True)  # skips interrupted saves
     else:
         paths = [Path(path) for path in args.checkpoints]
         for path in paths:

@@ -37,7 +37,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "transformer-tiny": dict(N=3, d_model=256, d_ff=1024, h=4, P_drop=0.1),
     # Multi30k: 29,000 pairs overfit the base model. Deviations from the base model, chosen on Multi30k val:
     # 3+3 layers, d_model 256, d_ff 1024, 4 heads (3-4x cheaper per token, as good as base on this data);
-    # P_drop 0.3 (0.1 overfits 29k pairs, about 1 BLEU worse).
+    # P_drop 0.3 (0.1 overfits 29k pairs, about 1 BLEU worse). Its training recipe, the main job's defaults with
+    # their reasons in cli.py: inverse_sqrt to a peak of 2e-3 after 400 updates (eq. (3)'s warmup of 4000 would last
+    # 30 epochs here), batches of 4096 tokens per side, a joint 8k BPE (docs/runs/sweep.md: val only).
     "transformer-multi30k": dict(N=3, d_model=256, d_ff=1024, h=4, P_drop=0.3),
 }
 

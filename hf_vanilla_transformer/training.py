@@ -35,6 +35,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast
 from datasets import Dataset
 from torch.utils.data import DataLoader, Sampler
+from tqdm.auto import tqdm
 from transformers import (
     DataCollatorForSeq2Seq,
     Seq2SeqTrainer,
@@ -43,7 +44,7 @@ from transformers import (
     TrainerControl,
     TrainerState,
 )
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, ProgressCallback
 
 LR_SCHEDULES = ("paper", "inverse_sqrt")
 SNAPSHOT_FILE = "snapshot.json"
@@ -273,6 +274,26 @@ class WallClockCallback(TrainerCallback, ExportableState):
         self.saved_step = state.global_step
 
 
+class WallClockProgressCallback(ProgressCallback):
+    """The Trainer's progress bar, counting training seconds against the wall-clock budget: the number of updates a
+    time-limited run makes is not known in advance, so a bar over updates would show a meaningless total."""
+
+    def __init__(self, clock: WallClockCallback) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def on_train_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            bar_format = "{l_bar}{bar}| {n:.0f}/{total:.0f} s of training [{elapsed}<{remaining}{postfix}]"
+            self.training_bar = tqdm(total=self.clock.max_time, dynamic_ncols=True, bar_format=bar_format)
+        self.current_step = 0
+
+    def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self.training_bar.n = min(self.clock.last_elapsed, self.clock.max_time)
+            self.training_bar.set_postfix_str(f"update {state.global_step}")
+
+
 class LearningCurveCallback(TrainerCallback):
     """Every `every` seconds of training, saves the model (weights and config, no optimizer state) to
     `folder/step-N` with the training seconds and target tokens so far in `snapshot.json`, for a learning curve
@@ -342,6 +363,8 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         self.generation_config = copy.deepcopy(self.model.generation_config)
         self.clock = WallClockCallback(self.args.max_time, self.args.save_every)
         self.add_callback(self.clock)
+        if self.args.max_time is not None and self.callback_handler.pop_callback(ProgressCallback) is not None:
+            self.add_callback(WallClockProgressCallback(self.clock))  # after the clock: it reads the synced time
         self.train_batch_sampler: TokenBudgetBatchSampler | None = None
         self._target_tokens: torch.Tensor | None = None  # this run, this process; on the device: no sync per step
         self._logged_tokens = 0  # all processes' total at the previous log

@@ -151,6 +151,25 @@ def test_last_checkpoints_orders_by_step_number(tmp_path) -> None:
         last_checkpoints(tmp_path, 5)
 
 
+def test_average_last_skips_a_checkpoint_whose_save_was_interrupted(tmp_path, capsys) -> None:
+    """The Trainer writes trainer_state.json last: checkpoint-3 without a readable one (a kill mid-save) is not
+    averaged by `average --last`."""
+    from hf_vanilla_transformer import cli
+
+    folder = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        tiny_model(seed=step).save_pretrained(folder / f"checkpoint-{step}")
+        state = json.dumps({"global_step": step}) if step < 3 else '{"global_st'  # truncated by the kill
+        (folder / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert [path.name for path in last_checkpoints(folder, 2, complete_only=True)] == ["checkpoint-1", "checkpoint-2"]
+    assert cli.main(["average", str(folder), "--last", "2", "-o", str(tmp_path / "averaged")]) == 0
+    assert "checkpoint-1, checkpoint-2" in capsys.readouterr().out
+    key = "model.encoder.layers.0.fc1.weight"
+    first, second = (load_file(folder / f"checkpoint-{step}" / "model.safetensors")[key] for step in (1, 2))
+    averaged = load_file(tmp_path / "averaged" / "model.safetensors")[key]
+    torch.testing.assert_close(averaged, (first + second) / 2, atol=0, rtol=0)
+
+
 def test_averaged_folder_loads_with_the_mean_weights(tmp_path) -> None:
     models = [tiny_model(seed=seed) for seed in (0, 1, 2)]
     paths = []

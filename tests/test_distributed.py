@@ -20,9 +20,6 @@ from hf_vanilla_transformer import cli
 from .train_script import run, train_args, write_corpus
 
 MAX_STEPS = 12
-# transformers makes a GPU-less machine a CPU run (and so joins torchrun's processes in a gloo group) only when
-# told; the CLI does not tell it yet (see test_torchrun_on_cpu_is_data_parallel_as_is).
-USE_CPU = {"ACCELERATE_USE_CPU": "true"}
 
 
 def free_port() -> int:
@@ -50,19 +47,17 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def runs(corpus, tmp_path_factory) -> dict:
     """One process with gradient accumulation 2, and two processes, each with batches of <= 48 tokens per side, no
-    dropout (two processes draw other masks than one process by construction). The two processes take turns in
-    the --output-dir check, which races otherwise (test_output_folder_probe_survives_another_process)."""
+    dropout (two processes draw other masks than one process by construction)."""
     folder = tmp_path_factory.mktemp("runs")
     common = ("--dropout", "0", "--average-last", "2")
     single = run([], train_args(corpus, folder / "one", MAX_STEPS, *common, "--grad-accum", "2"))
     assert single.returncode == 0, single.stdout
     test_set = ("--test-src", str(corpus / "test.src"), "--test-tgt", str(corpus / "test.tgt"), "--examples", "1")
     double = run(
-        ["--trace", str(folder / "trace-2"), "--one-folder-check-at-a-time"],
+        ["--trace", str(folder / "trace-2")],
         train_args(corpus, folder / "two", MAX_STEPS, *common, *test_set),
         nproc=2,
         port=free_port(),
-        **USE_CPU,
     )
     assert double.returncode == 0, double.stdout
     return {"folder": folder, "one": folder / "one", "two": folder / "two", "stdout": double.stdout}
@@ -115,7 +110,7 @@ def test_torchrun_on_cpu_is_data_parallel_as_is(corpus, tmp_path) -> None:
     each would train alone on all the data, and both would write the same checkpoints, model folder and results."""
     output = tmp_path / "model"
     result = run(
-        ["--trace", str(tmp_path / "trace"), "--one-folder-check-at-a-time"],
+        ["--trace", str(tmp_path / "trace")],
         train_args(corpus, output, 2),
         nproc=2,
         port=free_port(),

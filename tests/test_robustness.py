@@ -86,6 +86,52 @@ def test_damaged_folders_raise_naming_file_and_key(tmp_path: Path, damage: str) 
     assert str(folder) in str(error.value)
 
 
+@pytest.fixture(scope="module")
+def saved_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    tiny_model().save_pretrained(folder)
+    return folder
+
+
+def _load_damaged(saved: Path, damaged_bytes: bytes, scratch: Path) -> tuple[Exception | None, dict | None]:
+    """Load a copy of `saved` whose model.safetensors holds `damaged_bytes`: the error, or the loaded weights."""
+    folder = scratch / "damaged"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(saved, folder)
+    (folder / "model.safetensors").write_bytes(damaged_bytes)
+    try:
+        return None, AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict()
+    except (ValueError, OSError) as error:
+        assert str(folder) in str(error), str(error)  # the message names the damaged file's folder
+        return error, None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_random_header_damage_is_refused_or_harmless(saved_folder: Path, tmp_path_factory, data) -> None:
+    """Any byte of the safetensors header (length field + JSON) replaced by any other value: a ValueError/OSError
+    naming the folder, or, where the change is meaningless (e.g. in the `__metadata__` text), the same weights.
+    (The tensor bytes after the header carry no checksum: damage there cannot be detected by any loader.)"""
+    original = (saved_folder / "model.safetensors").read_bytes()
+    header_end = 8 + int.from_bytes(original[:8], "little")
+    position = data.draw(st.integers(0, header_end - 1), label="position")
+    value = data.draw(st.integers(0, 255).filter(lambda byte: byte != original[position]), label="value")
+    damaged = original[:position] + bytes([value]) + original[position + 1 :]
+    error, weights = _load_damaged(saved_folder, damaged, tmp_path_factory.mktemp("header"))
+    if error is None:
+        reference = AutoModelForSeq2SeqLM.from_pretrained(saved_folder).state_dict()
+        assert weights.keys() == reference.keys()
+        assert all(torch.equal(weights[key], reference[key]) for key in reference)
+
+
+@settings(max_examples=30, deadline=None)
+@given(fraction=st.floats(0.0, 1.0, exclude_max=True))
+def test_truncation_anywhere_is_refused(saved_folder: Path, tmp_path_factory, fraction: float) -> None:
+    original = (saved_folder / "model.safetensors").read_bytes()
+    error, _ = _load_damaged(saved_folder, original[: int(fraction * len(original))], tmp_path_factory.mktemp("cut"))
+    assert error is not None and "model.safetensors" in str(error)
+
+
 def test_lenient_loading_is_explicit(tmp_path: Path) -> None:
     folder = _damage(tmp_path, "missing", DAMAGES["missing-key"][0])
     _, info = AutoModelForSeq2SeqLM.from_pretrained(folder, strict=False, output_loading_info=True)

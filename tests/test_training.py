@@ -271,6 +271,30 @@ def test_wall_clock_budget_stops_training_with_a_checkpoint(tmp_path) -> None:
     assert state["stateful_callbacks"]["WallClockCallback"]["attributes"]["elapsed_before"] >= 1.0
 
 
+def test_time_budget_progress_bar_counts_training_seconds(tmp_path) -> None:
+    """With a time budget the progress bar runs over seconds of training, not over an unknowable update count."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import ProgressCallback
+
+    tokenizer, dataset, model = tiny_setup()
+    options = dict(num_train_epochs=10000, max_time=1.0, disable_tqdm=False)
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, **options)
+    bars = [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, ProgressCallback)]
+    assert [type(callback).__name__ for callback in bars] == ["WallClockProgressCallback"]
+    seen = []
+
+    class Spy(TrainerCallback):  # runs after the bar's own on_step_end; the Trainer drops the bar at the end
+        def on_step_end(self, args, state, control, **kwargs) -> None:
+            bar = bars[0].training_bar
+            seen.append((bar.n, bar.total, bar.postfix, state.global_step))
+
+    trainer.add_callback(Spy())
+    trainer.train()
+    assert all(n <= total == 1.0 for n, total, _, _ in seen) and seen[-1][0] == 1.0  # seconds, up to the budget
+    assert [n for n, *_ in seen] == sorted(n for n, *_ in seen)
+    assert all(postfix == f"update {step}" for _, _, postfix, step in seen)
+
+
 def test_checkpoints_by_time(tmp_path, monkeypatch) -> None:
     """With save_every=5 s and a clock that advances one second per update, checkpoints come at updates 5 and 10,
     and at the last update (12)."""

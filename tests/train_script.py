@@ -11,8 +11,6 @@ Hooks (none changes the numbers that training computes):
 - `--kill-in-save N`: SIGKILL itself in the middle of writing checkpoint-N (after the weights and the optimizer,
   before rng_state.pth and trainer_state.json, which the Trainer writes last);
 - `--trace FOLDER`: record every file this process writes (paths, one a line) in FOLDER/writes-rank<RANK>.txt;
-- `--one-folder-check-at-a-time`: torchrun's processes take turns (a file lock) in the CLI's --output-dir check,
-  whose probe file has one name for all processes (see test_output_folder_probe_survives_another_process).
 
 `write_corpus` and `run` are the tests' side: the data, and the subprocess with its environment.
 """
@@ -136,23 +134,6 @@ def _trace_writes(folder: Path) -> None:
     safetensors.torch.save_file = traced_save_file(safetensors.torch.save_file)
 
 
-def _one_folder_check_at_a_time() -> None:
-    import fcntl
-
-    import hf_vanilla_transformer.cli as cli
-
-    writable_folder = cli._writable_folder
-
-    def locked_writable_folder(path: Path, option: str) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.parent / f".{path.name}.folder-check.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            return writable_folder(path, option)
-
-    cli._writable_folder = locked_writable_folder
-
-
 def _install_hooks(hooks: argparse.Namespace, output_dir: Path) -> None:
     from transformers import Trainer, TrainerCallback
 
@@ -193,7 +174,6 @@ def main() -> int:
     parser.add_argument("--pause-at", type=int)
     parser.add_argument("--kill-in-save", type=int)
     parser.add_argument("--trace", type=Path)
-    parser.add_argument("--one-folder-check-at-a-time", action="store_true")
     parser.add_argument("cli_args", nargs=argparse.REMAINDER)
     hooks = parser.parse_args()
     cli_args = hooks.cli_args[1:] if hooks.cli_args[:1] == ["--"] else hooks.cli_args
@@ -204,8 +184,6 @@ def main() -> int:
     PRESETS["transformer-test"] = TEST_PRESET
     output_dir = Path(cli_args[cli_args.index("--output-dir") + 1])
     _install_hooks(hooks, output_dir)
-    if hooks.one_folder_check_at_a_time:
-        _one_folder_check_at_a_time()
     if hooks.trace is not None:
         _trace_writes(hooks.trace)
 
