@@ -29,7 +29,7 @@ MULTI30K_LANGUAGES = ("en", "de", "fr")
 # Split name in `datasets` convention -> file stem in data/multi30k/.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 # Longest side kept for training, in tokens with </s>. Multi30k's longest sentence is far shorter (under 100 tokens
-# with the 10k BPE), so the default drops nothing there; it guards memory on other corpora.
+# with the 8k BPE: 54), so the default drops nothing there; it guards memory on other corpora.
 DEFAULT_MAX_LENGTH = 256
 
 
