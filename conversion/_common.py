@@ -5,6 +5,7 @@ Hub-ready folder (safetensors weights, config, generation config, tokenizer, mod
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import pickle
 import re
@@ -163,6 +164,24 @@ def reference_logits(
     return diffs
 
 
+@torch.no_grad()
+def check_written(model: PreTrainedModel, output: str | os.PathLike) -> None:
+    """The written folder must reproduce the in-memory model exactly (tied weights saved once, buffers and tables
+    recomputed on load)."""
+    reloaded = type(model).from_pretrained(output).eval()
+    config = model.config
+    sample = {
+        "input_ids": torch.arange(7)[None] % config.vocab_size,
+        "decoder_input_ids": torch.tensor([[config.decoder_start_token_id, 0, 1, 2, 3]]) % config.decoder_vocab_size,
+    }
+    verify_logits(model(**sample).logits, reloaded(**sample).logits, 0.0, what=f"{output} vs converted model")
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """Hex digest of a file, naming the exact source checkpoint in the model card."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def model_card(title: str, source: str, facts: Mapping[str, str], usage: str, notes: Sequence[str] = ()) -> str:
     """A short model card (Hub README.md): what the model is, where it comes from, how to use it."""
     lines = [
@@ -212,9 +231,12 @@ def write_folder(
 __all__ = [
     "KeyRule",
     "apply_key_map",
+    "check_written",
     "load_with_key_map",
     "model_card",
+    "reference_logits",
     "safe_torch_load",
+    "sha256",
     "verify_logits",
     "write_folder",
 ]

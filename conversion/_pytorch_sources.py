@@ -5,7 +5,6 @@ against the upstream code's logits, and the command-line tail (verify, write the
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,14 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
-from ._common import KeyRule, load_with_key_map, model_card, reference_logits, verify_logits, write_folder
+from ._common import (
+    KeyRule,
+    check_written,
+    load_with_key_map,
+    model_card,
+    reference_logits,
+    write_folder,
+)
 
 # Where training scripts commonly nest the state dict inside a checkpoint dict.
 STATE_DICT_KEYS = ("model_state_dict", "state_dict", "model")
@@ -153,11 +159,6 @@ def converted(
     return Converted(model.eval(), generation_config, tokenizers, facts)
 
 
-def sha256(path: Path) -> str:
-    """Hex digest of a file, naming the exact source checkpoint in the model card."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def add_common_arguments(parser: argparse.ArgumentParser, what: str, ids: dict[str, int]) -> None:
     """SOURCE, OUTPUT_DIR and the options both converters take."""
     parser.add_argument("source", type=Path, help=f"The checkpoint: torch.save(model.state_dict()) of {what}.")
@@ -216,18 +217,6 @@ def finish(
     check_written(model, args.output)
     print(f"Wrote {args.output}")
     return model
-
-
-@torch.no_grad()
-def check_written(model: VanillaTransformerForConditionalGeneration, output: Path) -> None:
-    """The folder must reproduce the in-memory model exactly."""
-    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(output).eval()
-    config = model.config
-    sample = {
-        "input_ids": torch.arange(7)[None] % config.vocab_size,
-        "decoder_input_ids": torch.arange(5)[None] % config.decoder_vocab_size,
-    }
-    verify_logits(model(**sample).logits, reloaded(**sample).logits, 0.0, what=f"{output} vs converted model")
 
 
 def usage_example(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:

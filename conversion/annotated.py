@@ -27,7 +27,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import KeyRule, safe_torch_load
+from ._common import KeyRule, safe_torch_load, sha256
 from ._pytorch_sources import (
     Converted,
     add_common_arguments,
@@ -36,7 +36,6 @@ from ._pytorch_sources import (
     finish,
     layer_count,
     same_tensor,
-    sha256,
     state_dict_from,
     usage_example,
 )

@@ -19,7 +19,6 @@ there, no </s> as the first token (min_len 1), <pad> never generated.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +32,12 @@ from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerF
 
 from ._common import (
     KeyRule,
+    check_written,
     load_with_key_map,
     model_card,
     reference_logits,
     safe_torch_load,
-    verify_logits,
+    sha256,
     write_folder,
 )
 
@@ -459,21 +459,6 @@ class FairseqEOSAtMaxLength(LogitsProcessor):
         limited = torch.full_like(scores, -math.inf)
         limited[:, self.eos_token_id] = scores[:, self.eos_token_id]
         return limited
-
-
-@torch.no_grad()
-def check_written(model: VanillaTransformerForConditionalGeneration, output: Path) -> None:
-    """The folder must reproduce the in-memory model exactly (tied weights saved once, buffers recomputed)."""
-    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(output).eval()
-    ids = torch.arange(len(SPECIAL_SYMBOLS), len(SPECIAL_SYMBOLS) + 6) % model.config.vocab_size
-    sample = {"input_ids": ids[None], "decoder_input_ids": torch.tensor([[EOS, *ids[:3].tolist()]])}
-    sample["decoder_input_ids"] %= model.config.decoder_vocab_size
-    verify_logits(model(**sample).logits, reloaded(**sample).logits, 0.0, what=f"{output} vs converted model")
-
-
-def sha256(path: Path) -> str:
-    """Hex digest of a file, naming the exact source checkpoint in the model card."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def usage(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:

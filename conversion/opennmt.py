@@ -24,7 +24,6 @@ config is onmt_translate's defaults: beam 5, no length penalty, at most max_leng
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +38,12 @@ from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 from ._common import (
     KeyRule,
+    check_written,
     load_with_key_map,
     model_card,
     reference_logits,
     safe_torch_load,
-    verify_logits,
+    sha256,
     write_folder,
 )
 
@@ -440,22 +440,6 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
         pad_token_id=config.pad_token_id,
         decoder_start_token_id=config.decoder_start_token_id,
     )
-
-
-@torch.no_grad()
-def check_written(model: VanillaTransformerForConditionalGeneration, output: Path) -> None:
-    """The folder must reproduce the in-memory model exactly (tied weights saved once, tables recomputed)."""
-    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(output).eval()
-    config = model.config
-    ids = torch.arange(6)[None] % config.vocab_size
-    sample = {"input_ids": ids, "decoder_input_ids": torch.tensor([[config.decoder_start_token_id, 0, 1, 2]])}
-    sample["decoder_input_ids"] %= config.decoder_vocab_size
-    verify_logits(model(**sample).logits, reloaded(**sample).logits, 0.0, what=f"{output} vs converted model")
-
-
-def sha256(path: Path) -> str:
-    """Hex digest of a file, naming the exact source checkpoint in the model card."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def usage(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:

@@ -119,6 +119,12 @@ def is_complete_checkpoint(path: str | Path) -> bool:
     return True
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """N of a Trainer checkpoint folder `checkpoint-N`; None for any other name."""
+    match = _CHECKPOINT.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
 def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) -> list[Path]:
     """The `n` Trainer checkpoints `checkpoint-<step>` in `folder` with the highest steps, oldest first; with
     `complete_only`, among those whose save finished (`is_complete_checkpoint`)."""
@@ -128,10 +134,10 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder. Pass the Trainer's output folder holding checkpoint-* folders.")
     found = sorted(
-        (int(match.group(1)), child)
+        (step, child)
         for child in folder.iterdir()
         if child.is_dir()
-        and (match := _CHECKPOINT.match(child.name))
+        and (step := checkpoint_step(child)) is not None
         and (not complete_only or is_complete_checkpoint(child))
     )
     if len(found) < n:
@@ -170,6 +176,7 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
 
 __all__ = [
     "average_checkpoints",
+    "checkpoint_step",
     "is_complete_checkpoint",
     "last_checkpoints",
     "load_safetensors_checkpoint",

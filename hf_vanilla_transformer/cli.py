@@ -255,7 +255,7 @@ def _load_training_data(args: argparse.Namespace) -> tuple[Any, Any | None, str]
 
 def _prepare_output_dir(args: argparse.Namespace) -> tuple[Path, Path, str | None]:
     """(output folder, checkpoint folder, checkpoint to resume from) after checking what the folder holds."""
-    from .averaging import last_checkpoints
+    from .averaging import checkpoint_step, last_checkpoints
 
     output_dir = _writable_folder(Path(args.output_dir), "--output-dir")
     checkpoint_dir = output_dir / CHECKPOINTS
@@ -274,10 +274,9 @@ def _prepare_output_dir(args: argparse.Namespace) -> tuple[Path, Path, str | Non
             ) from None
         # A kill during a save leaves checkpoint-N without trainer_state.json (the Trainer writes checkpoints in
         # place, that file last); the resumed run writes checkpoint-N again.
-        resumed_step = int(resume_from.name.split("-")[1])
         for path in existing:
-            step = path.name.split("-", 1)[1]
-            if step.isdigit() and int(step) > resumed_step:
+            step = checkpoint_step(path)
+            if step is not None and step > checkpoint_step(resume_from):
                 print(f"Removing incomplete {path.name} (its save was interrupted); resuming from {resume_from.name}.")
                 shutil.rmtree(path, ignore_errors=True)  # every torchrun process runs this
         return output_dir, checkpoint_dir, str(resume_from)
