@@ -801,13 +801,25 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        label_smoothing: float = 0.0,
+        skip_logits: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """As `VanillaTransformerModel.forward`, plus logits (B, T, V). labels (B, T): target ids, -100 ignored;
         without decoder_input_ids they are shifted right into the decoder input (no further shift in the loss).
-        The loss is token-level cross-entropy (mean, or sum / num_items_in_batch under gradient accumulation);
-        label smoothing (§5.4) comes from the Trainer's `label_smoothing_factor`."""
+        The loss is token-level cross-entropy (mean, or sum / num_items_in_batch under gradient accumulation) with
+        label smoothing ε_ls = `label_smoothing` (§5.4; `VanillaSeq2SeqTrainer` passes the Trainer's
+        `label_smoothing_factor`). `skip_logits=True` (the name transformers' Trainer uses for fused losses) computes
+        the projection and the loss together in row chunks (`linear_label_smoothed_cross_entropy`), never holding
+        the (B, T, V) logits, and returns `logits=None`: the training path."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(
+                f"`label_smoothing` must be in [0, 1), got {label_smoothing}. The paper uses 0.1 (§5.4); pass 0.0 "
+                "for plain cross-entropy."
+            )
+        if skip_logits and labels is None:
+            raise ValueError("`skip_logits=True` needs `labels`: without a loss to compute there is no output.")
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -824,23 +836,35 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, D) -> (B, T, V)
-        loss = None
-        if labels is not None:
-            if labels.shape != logits.shape[:2]:
-                raise ValueError(
-                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(logits.shape[:2])}. "
-                    "Pass labels with one id per decoder position."
-                )
-            reduction = "mean" if num_items_in_batch is None else "sum"
-            loss = nn.functional.cross_entropy(
-                logits.float().flatten(0, 1),
-                labels.flatten().to(logits.device),
-                ignore_index=-100,
-                reduction=reduction,
+        hidden_states = outputs.last_hidden_state
+        loss = logits = None
+        if labels is not None and labels.shape != hidden_states.shape[:2]:
+            raise ValueError(
+                f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(hidden_states.shape[:2])}. "
+                "Pass labels with one id per decoder position."
             )
-            if num_items_in_batch is not None:
-                loss = loss / num_items_in_batch
+        if not skip_logits:
+            logits = self.lm_head(hidden_states)  # (B, T, D) -> (B, T, V)
+        if labels is not None:
+            labels = labels.to(hidden_states.device)
+            if not skip_logits:
+                loss = nn.functional.cross_entropy(
+                    logits.float().flatten(0, 1),  # (B, T, V) -> (B*T, V)
+                    labels.flatten(),
+                    ignore_index=-100,
+                    reduction="sum",
+                    label_smoothing=label_smoothing,
+                )
+            else:
+                loss = linear_label_smoothed_cross_entropy(
+                    hidden_states.flatten(0, 1),  # (B, T, D) -> (B*T, D)
+                    self.lm_head.weight,
+                    self.lm_head.bias,
+                    labels.flatten(),
+                    label_smoothing,
+                )
+            # Token-level mean: over this batch's targets, or over the accumulated batch's (gradient accumulation).
+            loss = loss / (labels.ne(-100).sum() if num_items_in_batch is None else num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -856,6 +880,95 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq` so that the Trainer's label smoothing sees decoder inputs."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+class _LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
+    """The summed §5.4 loss of `hidden @ weight.T + bias` and its gradients, computed together in row chunks.
+
+    The loss is scalar, so its gradients are known in the forward pass: per chunk, the logits (n, V) in the compute
+    dtype, then in fp32 the log-normaliser, the loss and d loss / d logits = softmax - q (q: 1 - ε on the label plus
+    ε / V everywhere, zero for ignored rows), then the two gradient GEMMs. The same three GEMMs as the unfused head;
+    the fp32 (B*T, V) logits, log-probabilities and their gradients are never materialised.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden_states: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        label_smoothing: float,
+        compute_dtype: torch.dtype,
+        chunk_size: int,
+    ) -> torch.Tensor:
+        vocab = weight.shape[0]
+        needs_grad = any(ctx.needs_input_grad[:3])
+        weight_c = weight.to(compute_dtype)
+        bias_c = None if bias is None else bias.to(compute_dtype)
+        total = torch.zeros((), dtype=torch.float32, device=hidden_states.device)
+        grad_hidden = torch.empty_like(hidden_states) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if ctx.needs_input_grad[2] else None
+        for start in range(0, hidden_states.shape[0], chunk_size):
+            hidden_c = hidden_states[start : start + chunk_size].to(compute_dtype)  # (n, D)
+            labels_c = labels[start : start + chunk_size]
+            keep = labels_c.ne(-100)
+            targets = labels_c.clamp(min=0).unsqueeze(1)  # (n, 1)
+            logits = nn.functional.linear(hidden_c, weight_c, bias_c).float()  # (n, V)
+            log_normaliser = torch.logsumexp(logits, dim=-1)  # (n,)
+            # -log p(label) and the mean over the vocabulary of -log p(v), per row.
+            nll = log_normaliser - logits.gather(1, targets).squeeze(1)
+            smooth = log_normaliser - logits.mean(dim=-1)
+            total += torch.where(keep, (1.0 - label_smoothing) * nll + label_smoothing * smooth, 0.0).sum()
+            if not needs_grad:
+                continue
+            grad_logits = logits.sub_(log_normaliser.unsqueeze(1)).exp_().sub_(label_smoothing / vocab)  # (n, V)
+            grad_logits.scatter_add_(1, targets, torch.full_like(targets, label_smoothing - 1.0, dtype=torch.float32))
+            grad_logits.mul_(keep.unsqueeze(1))
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(dim=0)
+            grad_logits = grad_logits.to(compute_dtype)
+            if grad_hidden is not None:
+                grad_hidden[start : start + chunk_size] = grad_logits @ weight_c  # (n, V) @ (V, D) -> (n, D)
+            if grad_weight is not None:
+                grad_weight += (grad_logits.T @ hidden_c).float()  # (V, n) @ (n, D) -> (V, D)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.dtypes = (hidden_states.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grads = [
+            None if grad is None else (grad * grad_output).to(dtype)
+            for grad, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)
+        ]
+        return (*grads, None, None, None, None)
+
+
+def linear_label_smoothed_cross_entropy(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """§5.4 label-smoothed cross-entropy of the §3.4 pre-softmax projection, summed over the rows whose label is
+    not -100: for each row, (1 - ε) (-log p(label)) + ε mean_v (-log p(v)), as `nn.functional.cross_entropy(
+    hidden_states @ weight.T + bias, labels, label_smoothing=ε, reduction="sum")`. hidden_states (N, D), weight (V, D),
+    bias (V,) or None, labels (N,). Under autocast the GEMMs run in the autocast dtype, as `nn.Linear` would; the
+    softmax and the loss in fp32. `chunk_size` rows at a time, so memory is (chunk_size, V), not (N, V)."""
+    if chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be a positive number of rows, got {chunk_size}.")
+    device_type = hidden_states.device.type
+    compute_dtype = (
+        torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
+    )
+    with torch.autocast(device_type, enabled=False):  # the dtypes are chosen above; the fp32 parts must stay fp32
+        return _LinearLabelSmoothedCrossEntropy.apply(
+            hidden_states, weight, bias, labels, label_smoothing, compute_dtype, chunk_size
+        )
 
 
 __all__ = [

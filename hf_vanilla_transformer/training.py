@@ -46,6 +46,8 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
 LR_SCHEDULES = ("paper", "inverse_sqrt")
 SNAPSHOT_FILE = "snapshot.json"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
@@ -437,6 +439,31 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         tokens = inputs["labels"].ne(-100).sum()
         self._target_tokens = tokens if self._target_tokens is None else self._target_tokens + tokens
         return super().training_step(model, inputs, num_items_in_batch)
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """§5.4 label smoothing inside our model rather than by the Trainer's `LabelSmoother` on the logits: the
+        same loss, and where no logits are wanted (training steps) the fused chunked projection + loss
+        (`skip_logits`), which never materialises the (B, T, V) logits in fp32. Other models: the Trainer's path."""
+        smoother = self.label_smoother
+        if (
+            smoother is None
+            or self.compute_loss_func is not None
+            or "labels" not in inputs
+            or not isinstance(self.accelerator.unwrap_model(model), VanillaTransformerForConditionalGeneration)
+        ):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = {**inputs, "label_smoothing": smoother.epsilon, "skip_logits": not return_outputs}
+        self.label_smoother = None  # so that the Trainer takes the model's loss, with its num_items_in_batch handling
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self.label_smoother = smoother
 
     def target_tokens(self) -> int:
         """Target tokens trained on in this run so far, all processes together (a collective call)."""

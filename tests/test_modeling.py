@@ -9,7 +9,7 @@ from safetensors import safe_open
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer.modeling_vanilla_transformer import linear_label_smoothed_cross_entropy, sinusoid_table
 
 from .conftest import VOCAB, random_batch, tiny_model
 
@@ -154,6 +154,76 @@ def test_loss_is_unshifted_cross_entropy_with_ignored_labels() -> None:
     assert math.isclose(out.loss.item(), (sum(picked) / len(picked)).item(), rel_tol=1e-5)
     summed = model(**batch, num_items_in_batch=torch.tensor(100)).loss
     assert math.isclose(summed.item(), sum(picked).item() / 100, rel_tol=1e-5)
+
+
+def paper_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> float:
+    """§5.4 written out in float64: the target is (1 - ε) on the label plus ε / V on every class."""
+    log_probs = torch.log_softmax(logits.double(), -1)
+    vocab = logits.shape[-1]
+    terms = [
+        -(1 - epsilon) * log_probs[b, t, labels[b, t]] - epsilon / vocab * log_probs[b, t].sum()
+        for b in range(labels.shape[0])
+        for t in range(labels.shape[1])
+        if labels[b, t] >= 0
+    ]
+    return (sum(terms) / len(terms)).item()
+
+
+@pytest.mark.parametrize("lm_head_bias", [False, True])
+def test_label_smoothed_loss_fused_and_unfused_match_the_formula(lm_head_bias: bool) -> None:
+    model = tiny_model(lm_head_bias=lm_head_bias).train()  # dropout 0 in tiny_config: both passes see one function
+    batch = random_batch()
+    batch["labels"][1, -3:] = -100
+    unfused = model(**batch, label_smoothing=0.1)
+    expected = paper_smoothed_loss(unfused.logits, batch["labels"], 0.1)
+    assert math.isclose(unfused.loss.item(), expected, rel_tol=1e-5)
+    grads_unfused = torch.autograd.grad(unfused.loss, list(model.parameters()))
+    fused = model(**batch, label_smoothing=0.1, skip_logits=True)
+    assert fused.logits is None
+    assert math.isclose(fused.loss.item(), expected, rel_tol=1e-5)
+    grads_fused = torch.autograd.grad(fused.loss, list(model.parameters()))
+    for (name, _), a, b in zip(model.named_parameters(), grads_unfused, grads_fused, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4, msg=name)
+    summed = model(**batch, label_smoothing=0.1, skip_logits=True, num_items_in_batch=torch.tensor(100)).loss
+    assert math.isclose(summed.item(), expected * int(batch["labels"].ge(0).sum()) / 100, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 1024])
+def test_fused_loss_under_bf16_autocast_matches_the_linear_layer(chunk_size: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(23, 16, generator=gen, requires_grad=True)
+    weight = torch.randn(40, 16, generator=gen, requires_grad=True)
+    labels = torch.randint(0, 40, (23,), generator=gen)
+    labels[::4] = -100
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = torch.nn.functional.linear(hidden, weight)
+        assert logits.dtype == torch.bfloat16  # what the fused path must reproduce: bf16 GEMMs
+        reference = torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=0.1, reduction="sum")
+        fused = linear_label_smoothed_cross_entropy(hidden, weight, None, labels, 0.1, chunk_size=chunk_size)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-4)
+    for a, b in zip(
+        torch.autograd.grad(reference, [hidden, weight]), torch.autograd.grad(fused, [hidden, weight]), strict=True
+    ):
+        assert b.dtype == torch.float32
+        torch.testing.assert_close(b, a, rtol=0, atol=2e-2 * a.abs().max().item())  # bf16 rounding of the GEMMs
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # no gradient work, the same loss
+        torch.testing.assert_close(
+            linear_label_smoothed_cross_entropy(hidden, weight, None, labels, 0.1, chunk_size), fused.detach()
+        )
+
+
+def test_loss_options_are_checked() -> None:
+    model = tiny_model()
+    batch = random_batch()
+    with pytest.raises(ValueError, match=r"`label_smoothing` must be in \[0, 1\), got 1.0"):
+        model(**batch, label_smoothing=1.0)
+    del batch["labels"]
+    batch["decoder_input_ids"] = torch.ones(3, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="`skip_logits=True` needs `labels`"):
+        model(**batch, skip_logits=True)
+    with pytest.raises(ValueError, match="`chunk_size` must be a positive number of rows, got 0"):
+        linear_label_smoothed_cross_entropy(torch.ones(2, 4), torch.ones(3, 4), None, torch.zeros(2).long(), 0.1, 0)
 
 
 def test_output_attentions_and_hidden_states() -> None:

@@ -259,6 +259,42 @@ def test_training_uses_token_budget_batches_and_logs_tokens_per_second(tmp_path)
     assert summary["train_tgt_tokens"] == total and summary["train_tgt_tokens_per_second"] > 0
 
 
+def test_trainer_loss_is_the_label_smoother_loss_fused_in_training(tmp_path, monkeypatch) -> None:
+    """The model computes §5.4 itself (fused when training): the loss and gradients of the Trainer's LabelSmoother."""
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from hf_vanilla_transformer import modeling_vanilla_transformer
+
+    fused_calls = []
+    fused = modeling_vanilla_transformer.linear_label_smoothed_cross_entropy
+    monkeypatch.setattr(
+        modeling_vanilla_transformer,
+        "linear_label_smoothed_cross_entropy",
+        lambda *args, **kwargs: fused_calls.append(args[-1]) or fused(*args, **kwargs),
+    )
+
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset)
+    assert isinstance(trainer.label_smoother, LabelSmoother) and trainer.label_smoother.epsilon == 0.1
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert batch["labels"].eq(-100).any()  # padded targets are ignored
+    model.train()
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    expected = LabelSmoother(epsilon=0.1)({"logits": logits}, batch["labels"])
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()))
+    loss = trainer.compute_loss(model, dict(batch))
+    assert fused_calls == [0.1]
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=0)
+    for a, b in zip(expected_grads, torch.autograd.grad(loss, list(model.parameters())), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    assert trainer.label_smoother is not None  # restored for the Trainer's own evaluation paths
+    model.eval()
+    loss, outputs = trainer.compute_loss(model, dict(batch), return_outputs=True)  # evaluation keeps the logits
+    torch.testing.assert_close(outputs.logits, logits.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(loss, expected.detach(), rtol=1e-5, atol=0)
+    assert fused_calls == [0.1]
+
+
 def test_wall_clock_budget_stops_training_with_a_checkpoint(tmp_path) -> None:
     tokenizer, dataset, model = tiny_setup()
     trainer = make_trainer(tmp_path, model, tokenizer, dataset, num_train_epochs=10000, max_time=1.0)
