@@ -121,7 +121,7 @@ class VanillaTransformerConfig(PretrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values", "cache"]  # "cache" from transformers 5.24
     attribute_map: ClassVar[dict[str, str]] = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

@@ -378,7 +378,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -551,6 +551,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """input_ids (B, T) (only the new tokens when a cache is given); attention_mask (B, L);
         encoder_hidden_states (B, S, D); encoder_attention_mask (B, S). Returns last_hidden_state (B, T, D)."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         inputs_embeds = embed(self, input_ids, inputs_embeds, "decoder_input_ids")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states`: run the encoder first (or pass input_ids).")
@@ -576,12 +577,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
         # No decoder padding mask means every position counts: the helpers build the causal mask from the cache
         # length alone (and sdpa needs none for a single new token).
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # The cache goes in by position: transformers 5.24 renamed the argument `past_key_values` -> `cache`.
+        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = self.cross_attention_mask(
             encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
         )
@@ -638,6 +635,15 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             )
             kept = past_key_values.vanilla_transformer_cross_attention_mask = (source_mask, key, mask)
         return kept[2]
+
+
+def cache_argument(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
+    """The decoder cache, under either name: `generate()` passes it as `past_key_values` up to transformers 5.23 and
+    as `cache` from 5.24 on (where `past_key_values` is deprecated)."""
+    cache = kwargs.pop("cache", None)
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the decoder cache once, as `cache` or as `past_key_values`, not both.")
+    return past_key_values if past_key_values is not None else cache
 
 
 def embed(
@@ -730,6 +736,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     ) -> Seq2SeqModelOutput:
         """Encode input_ids (B, S) (or reuse encoder_outputs), decode decoder_input_ids (B, T).
         Returns last_hidden_state (B, T, D) and the caches/attentions asked for."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -812,6 +819,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         `label_smoothing_factor`). `skip_logits=True` (the name transformers' Trainer uses for fused losses) computes
         the projection and the loss together in row chunks (`linear_label_smoothed_cross_entropy`), never holding
         the (B, T, V) logits, and returns `logits=None`: the training path."""
+        past_key_values = cache_argument(past_key_values, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(

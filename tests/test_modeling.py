@@ -26,10 +26,12 @@ def test_cached_and_uncached_generation_give_the_same_tokens(num_beams: int) -> 
     assert cached.shape[1] > 1
 
 
-def test_incremental_decoding_matches_full_forward() -> None:
+@pytest.mark.parametrize(
+    "cache_name", ["past_key_values", "cache"]
+)  # generate()'s name up to / from transformers 5.24
+def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
     model = tiny_model()
     batch = random_batch()
-    decoder_input_ids = torch.full((3, 1), 1)
     full = model(**batch).logits
     decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
     encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -40,12 +42,14 @@ def test_incremental_decoding_matches_full_forward() -> None:
             encoder_outputs=encoder_outputs,
             attention_mask=batch["attention_mask"],
             decoder_input_ids=decoder_input_ids[:, t : t + 1],
-            past_key_values=past,
             use_cache=True,
+            **{cache_name: past},
         )
         past = out.past_key_values
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="`cache` or as `past_key_values`, not both"):
+        model(**batch, past_key_values=past, cache=past)
 
 
 def test_padded_batch_equals_each_example_alone() -> None:
