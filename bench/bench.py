@@ -48,6 +48,7 @@ NEW_TOKENS = 40  # generation is forced to exactly this many new tokens (min_new
 LABEL_SMOOTHING = 0.1  # §5.4
 # Where the models run (`--device`); on a GPU every timed call ends with a synchronisation.
 DEVICE = torch.device("cpu")
+ATTENTION = "sdpa"  # both models' attention kernels (--attn-implementation)
 
 
 def synchronize() -> None:
@@ -110,8 +111,9 @@ def build_marian(size: dict[str, int]) -> MarianMTModel:
 
 
 def prepare(model: nn.Module) -> nn.Module:
-    """sdpa attention and the same plain generation config (no model-specific decoding defaults) for both."""
-    model.set_attn_implementation("sdpa")
+    """The same attention kernels (sdpa unless --attn-implementation) and the same plain generation config (no
+    model-specific decoding defaults) for both."""
+    model.set_attn_implementation(ATTENTION)
     model.generation_config = GenerationConfig(
         bos_token_id=BOS, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD
     )
@@ -635,7 +637,8 @@ def section_memory(config: str, rounds: int) -> dict[str, Any]:
     for round_ in range(rounds):
         jobs = [(name, dtype) for dtype in DTYPES for name in MODELS]
         for name, dtype in jobs if round_ % 2 == 0 else reversed(jobs):
-            command = [sys.executable, "-m", "bench.bench", "--config", config, "--memory-worker", name, dtype]
+            command = [sys.executable, "-m", "bench.bench", "--config", config, "--attn-implementation", ATTENTION]
+            command += ["--memory-worker", name, dtype]
             output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
             runs.setdefault(f"{name}/{dtype}", []).append(json.loads(output.strip().splitlines()[-1]))
     result: dict[str, Any] = {}
@@ -707,6 +710,7 @@ def environment(threads: int) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu",
         "threads": threads,
+        "attn_implementation": ATTENTION,
         "load_average_at_start": os.getloadavg(),
     }
 
@@ -715,7 +719,7 @@ def print_report(results: dict[str, Any]) -> None:
     env = results["environment"]
     print(
         f"\n{env['date']}  torch {env['torch']}  transformers {env['transformers']}  {env['cpu']}  "
-        f"{env['threads']} threads  {env.get('device', 'cpu')}  "
+        f"{env['threads']} threads  {env.get('device', 'cpu')}  {env.get('attn_implementation', 'sdpa')} attention  "
         f"load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
     )
     print("medians [interquartile range]; ratios are medians of per-rep ratios (> 1: ours faster or smaller)")
@@ -799,11 +803,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loss-steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: a lent GPU")
+    parser.add_argument(
+        "--attn-implementation", choices=("sdpa", "eager"), default="sdpa", help="both models' attention kernels"
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global DEVICE
+    global DEVICE, ATTENTION
     DEVICE = torch.device(args.device)
+    ATTENTION = args.attn_implementation
     torch.set_num_threads(args.threads)
     if args.memory_worker:
         print(json.dumps(memory_worker(args.config, *args.memory_worker)))

@@ -154,7 +154,7 @@ class PaperGenerationMixin(GenerationMixin):
         if penalty_type == "gnmt" and not hasattr(GenerationMixin, "_update_finished_beams"):
             raise NotImplementedError(
                 "length_penalty_type='gnmt' hooks transformers' beam search (`_update_finished_beams`), which this "
-                "transformers version lacks. Install transformers>=5.23,<6 or use length_penalty_type='hf'."
+                "transformers version lacks. Install transformers>=5.23,<5.25 or use length_penalty_type='hf'."
             )
         if offset is not None:
             generation_config, logits_processor = self._limit_by_source_length(

@@ -45,6 +45,7 @@ def test_help(command, expected, capsys) -> None:
         (["train", "--src-lang", "xx"], "`src_lang` must be one of en, de, fr for Multi30k, got 'xx'"),
         (["train", "--tgt-lang", "en"], "`src_lang` and `tgt_lang` must differ"),
         (["train", "--preset", "transformer-huge"], "invalid choice: 'transformer-huge'"),
+        (["train", "--attn-implementation", "flash"], "invalid choice: 'flash'"),
         (["train", "--max-time", "5x"], "Durations must look like '1h'"),
         (["train", "--dropout", "1.5"], "must be a number in [0, 1), got '1.5'"),
         (["train", "--train-src", "a.en"], "`--train-src` and `--train-tgt` go together"),
@@ -165,6 +166,28 @@ def test_rerun_needs_resume_and_resume_continues(trained, corpus, capsys) -> Non
     code, out, _ = run([*base, "--max-steps", "6", "--resume", "--no-eval", "--average-last", "1"], capsys)
     assert code == 0 and "Trained 6 updates" in out
     assert json.loads((trained / "results.json").read_text())["updates"] == 6
+
+
+class _StopTrainingError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("option", "expected"), [([], "eager"), (["--attn-implementation", "sdpa"], "sdpa")])
+def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, corpus, tmp_path, monkeypatch) -> None:
+    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainer
+
+    seen = []
+
+    def train(self, **kwargs) -> None:
+        seen.append(self.model.config._attn_implementation)
+        raise _StopTrainingError  # the choice is made; no need to train
+
+    monkeypatch.setattr(VanillaSeq2SeqTrainer, "train", train)
+    argv = ["train", "--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")]
+    argv += ["--vocab-size", "400", "--max-steps", "1", "--output-dir", str(tmp_path / "m"), *option]
+    with pytest.raises(_StopTrainingError):
+        main(argv)
+    assert seen == [expected]
 
 
 def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, capsys) -> None:
