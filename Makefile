@@ -28,11 +28,11 @@ train: setup
 
 # The longer runs of the README's table (issue 8): a wall-clock budget, bf16 autocast, a learning curve.
 train-1h: setup
-	$(VENV)/bin/hf-vanilla-transformer train --max-time 1h --bf16 --save-every 10m --curve-every 10m \
+	$(VENV)/bin/hf-vanilla-transformer train --max-time 1h --bf16 auto --save-every 10m --curve-every 10m \
 		--output-dir runs/multi30k-en-de-1h $(ARGS)
 
 train-2h: setup
-	$(VENV)/bin/hf-vanilla-transformer train --max-time 2h --bf16 --save-every 10m --curve-every 10m \
+	$(VENV)/bin/hf-vanilla-transformer train --max-time 2h --bf16 auto --save-every 10m --curve-every 10m \
 		--output-dir runs/multi30k-en-de-2h $(ARGS)
 
 # Ours against MarianMTModel, same architecture, same run (not part of the tests).

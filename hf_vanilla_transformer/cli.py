@@ -175,7 +175,16 @@ def _add_train_parser(subparsers: Any) -> None:
     )
     optim.add_argument("--grad-accum", type=_positive_int, default=1, help="batches per update")
     optim.add_argument("--seed", type=int, default=1)
-    optim.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False, help="bf16 autocast")
+    optim.add_argument(
+        "--bf16",
+        nargs="?",
+        const="yes",
+        default="no",
+        choices=("auto", "yes", "no"),
+        help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where this device multiplies bf16 at least 2x as fast "
+        "as fp32, measured at start: CPUs with AVX512-BF16/AMX, GPUs; fp32 on AVX2-only CPUs, which emulate bf16 "
+        "~100x slower) or --bf16 no (the default)",
+    )
     optim.add_argument(
         "--attn-implementation",
         choices=("eager", "sdpa"),
@@ -310,7 +319,12 @@ def run_train(args: argparse.Namespace) -> int:
     from .data import tokenize_pairs
     from .generation_vanilla_transformer import paper_generation_config
     from .tokenization import special_token_ids, train_bpe_tokenizer
-    from .training import LearningCurveCallback, VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
+    from .training import (
+        LearningCurveCallback,
+        VanillaSeq2SeqTrainer,
+        VanillaSeq2SeqTrainingArguments,
+        resolve_bf16,
+    )
 
     started = time.perf_counter()
     if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
@@ -319,6 +333,8 @@ def run_train(args: argparse.Namespace) -> int:
     if max_time is None and args.epochs is None and args.max_steps is None:
         max_time = _duration(DEFAULT_MAX_TIME)
     lr = args.lr if args.lr is not None else (1.0 if args.schedule == "paper" else DEFAULT_PEAK_LR)
+    bf16, precision = resolve_bf16(args.bf16, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    print(f"Precision: {precision}", flush=True)
     # Built first: it checks the optimization options before any data is read or any folder touched.
     training_args = VanillaSeq2SeqTrainingArguments(
         output_dir=str(Path(args.output_dir) / CHECKPOINTS),
@@ -334,10 +350,10 @@ def run_train(args: argparse.Namespace) -> int:
         save_every=args.save_every,
         save_strategy="epoch",
         save_total_limit=max(args.average_last, 1) + 1,
-        bf16=args.bf16,
+        bf16=bf16,
         # Without a GPU, transformers needs to be told that the CPU is meant: for bf16 (CPU autocast), and under
         # torchrun for the processes to join a gloo group (else each trains alone and all write the same files).
-        use_cpu=not torch.cuda.is_available() and (args.bf16 or int(os.environ.get("WORLD_SIZE", "1")) > 1),
+        use_cpu=not torch.cuda.is_available() and (bf16 or int(os.environ.get("WORLD_SIZE", "1")) > 1),
         seed=args.seed,
         logging_steps=args.logging_steps,
         logging_first_step=True,

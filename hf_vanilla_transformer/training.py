@@ -86,6 +86,47 @@ def inverse_sqrt_learning_rate(step: int, peak_lr: float, warmup_steps: int) -> 
     return peak_lr * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
 
 
+def bf16_gemm_speedup(device: torch.device, size: int = 512) -> float:
+    """This device's bf16 matrix-multiply rate over its fp32 rate, measured on (size/2 × size) @ (size × size).
+
+    CPUs with bf16 matrix units (AVX512-BF16, AMX) multiply bf16 several times faster than fp32; CPUs without them
+    (AVX2 only) emulate bf16 about 100× slower than fp32, where bf16 autocast would stall training. GPUs with bf16
+    support count as fast without measuring."""
+    if device.type == "cuda":
+        return math.inf if torch.cuda.is_bf16_supported() else 0.0
+    seconds = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a = torch.randn(size // 2, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        a @ b  # warm-up: first-call kernel selection
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - start)
+        seconds[dtype] = min(times)
+    return seconds[torch.float32] / seconds[torch.bfloat16]
+
+
+def resolve_bf16(choice: str, device: torch.device) -> tuple[bool, str]:
+    """Whether to train under bf16 autocast for `--bf16 {auto,yes,no}`, and a line that says why.
+
+    "auto" takes bf16 where this device multiplies bf16 at least twice as fast as fp32 (bf16 matrix units), and
+    fp32 elsewhere; "yes" takes bf16 regardless, with a warning in the line where it is slow."""
+    if choice not in ("auto", "yes", "no"):
+        raise ValueError(f"`bf16` is {choice!r}; pass 'auto', 'yes' or 'no'.")
+    if choice == "no":
+        return False, "fp32 (--bf16 no)"
+    speedup = bf16_gemm_speedup(device)
+    rate = "supported" if math.isinf(speedup) else f"bf16 GEMM {speedup:.2g}x fp32 here"
+    if choice == "yes":
+        warning = "" if speedup >= 2 else "; slow on this device (no bf16 matrix units): try --bf16 auto"
+        return True, f"bf16 autocast (--bf16; {rate}{warning})"
+    if speedup >= 2:
+        return True, f"bf16 autocast (--bf16 auto: {rate})"
+    return False, f"fp32 (--bf16 auto: {rate}, below the 2x that pays for bf16 autocast)"
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """§5.1 "Sentence pairs were batched together by approximate sequence length": batches of similar-length pairs
     holding at most `max_tokens` padded tokens on each side, i.e. rows × max(longest source, longest target) ≤
