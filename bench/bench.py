@@ -34,6 +34,7 @@ from torch import nn
 from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.training import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model of the quality anchor; "base" is the paper's base model (Table 3).
 CONFIGS: dict[str, dict[str, int]] = {
@@ -41,7 +42,7 @@ CONFIGS: dict[str, dict[str, int]] = {
     "base": dict(vocab_size=37000, d_model=512, layers=6, heads=8, ffn=2048),
 }
 MODELS = ("ours", "marian")
-DTYPES = ("fp32", "bf16")
+DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
 TOKEN_BUDGET = 4096  # rows x longest side of a batch, as the quality anchor's Multi30k batches
 NEW_TOKENS = 40  # generation is forced to exactly this many new tokens (min_new_tokens = max_new_tokens)
@@ -459,8 +460,9 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
         result[dtype]["ratio_ours_over_marian"] = paired_ratio(
             [tokens / s for s in times[f"ours/{dtype}"]], [tokens / s for s in times[f"marian/{dtype}"]]
         )
-    for name in MODELS:
-        result[f"{name}_bf16_over_fp32"] = paired_ratio(times[f"{name}/fp32"], times[f"{name}/bf16"])
+    if "bf16" in DTYPES:
+        for name in MODELS:
+            result[f"{name}_bf16_over_fp32"] = paired_ratio(times[f"{name}/fp32"], times[f"{name}/bf16"])
     return result
 
 
@@ -741,10 +743,11 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{row['marian']['achieved_flops_per_s'] / 1e9:.0f} GFLOP/s = "
                 f"{100 * row['marian']['fraction_of_gemm_ceiling']:.0f}% | |"
             )
-        print(
-            f"| train bf16 / fp32 speed-up | {fmt(train['ours_bf16_over_fp32'], digits=2)} | "
-            f"{fmt(train['marian_bf16_over_fp32'], digits=2)} | |"
-        )
+        if "ours_bf16_over_fp32" in train:
+            print(
+                f"| train bf16 / fp32 speed-up | {fmt(train['ours_bf16_over_fp32'], digits=2)} | "
+                f"{fmt(train['marian_bf16_over_fp32'], digits=2)} | |"
+            )
     if "encoder" in results:
         for dtype in DTYPES:
             row = results["encoder"][dtype]
@@ -809,24 +812,36 @@ def main(argv: list[str] | None = None) -> None:
         help="both models' attention kernels; default as in `hf-vanilla-transformer train`: eager on the CPU, sdpa "
         "on a GPU",
     )
+    parser.add_argument(
+        "--bf16",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="measure bf16 autocast beside fp32: auto = where this device multiplies bf16 at least 2x as fast as "
+        "fp32 (CPUs with AVX512-BF16/AMX, GPUs; an AVX2-only CPU emulates bf16 ~100x slower than fp32)",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global DEVICE, ATTENTION
+    global DEVICE, ATTENTION, DTYPES
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
     torch.set_num_threads(args.threads)
     if args.memory_worker:
         print(json.dumps(memory_worker(args.config, *args.memory_worker)))
         return
+    bf16, precision = resolve_bf16(args.bf16, DEVICE)
+    DTYPES = ("fp32", "bf16") if bf16 else ("fp32",)
+    print(f"dtypes {', '.join(DTYPES)}: {precision}", flush=True)
+    sections = [s for s in args.sections if bf16 or s != "loss_curve"]  # bf16 against fp32: nothing to compare
 
     size = CONFIGS[args.config]
     batches = bench_batches(size["vocab_size"])
     results: dict[str, Any] = {"environment": environment(args.threads), "config": args.config, "size": size}
+    results["precision"] = precision
     results["same_function_max_abs_logit_difference"] = check_same_function(size, batches[1])
     shapes = [(*b.input_ids.shape, b.labels.shape[1]) for b in batches]
     print(f"config {args.config} {size}; training batches (rows, S, T): {shapes}", flush=True)
-    for section in args.sections:
+    for section in sections:
         start = time.perf_counter()
         print(f"[{section}]", flush=True)
         if section == "train":

@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import pipeline
 
-from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.cli import build_parser, main
 from hf_vanilla_transformer.data import MULTI30K_DIR
 
 
@@ -40,12 +40,20 @@ def test_help(command, expected, capsys) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flags", "bf16"), [([], "no"), (["--bf16"], "yes"), (["--bf16", "auto"], "auto"), (["--bf16", "no"], "no")]
+)
+def test_bf16_option(flags, bf16) -> None:
+    assert build_parser().parse_args(["train", *flags]).bf16 == bf16
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["train", "--src-lang", "xx"], "`src_lang` must be one of en, de, fr for Multi30k, got 'xx'"),
         (["train", "--tgt-lang", "en"], "`src_lang` and `tgt_lang` must differ"),
         (["train", "--preset", "transformer-huge"], "invalid choice: 'transformer-huge'"),
         (["train", "--attn-implementation", "flash"], "invalid choice: 'flash'"),
+        (["train", "--bf16", "maybe"], "invalid choice: 'maybe'"),
         (["train", "--max-time", "5x"], "Durations must look like '1h'"),
         (["train", "--dropout", "1.5"], "must be a number in [0, 1), got '1.5'"),
         (["train", "--train-src", "a.en"], "`--train-src` and `--train-tgt` go together"),

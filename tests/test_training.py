@@ -18,9 +18,11 @@ from hf_vanilla_transformer.training import (
     TokenBudgetBatchSampler,
     VanillaSeq2SeqTrainer,
     VanillaSeq2SeqTrainingArguments,
+    bf16_gemm_speedup,
     inverse_sqrt_learning_rate,
     paper_learning_rate,
     parse_duration,
+    resolve_bf16,
 )
 
 from .conftest import tiny_tokenizer
@@ -136,6 +138,41 @@ def test_parse_duration(text, seconds) -> None:
 def test_parse_duration_refuses_garbage(text) -> None:
     with pytest.raises(ValueError, match="Durations must"):
         parse_duration(text)
+
+
+# ------------------------------------------------------------------------------------------- precision
+
+
+def test_bf16_speedup_is_measured_on_this_cpu() -> None:
+    speedup = bf16_gemm_speedup(torch.device("cpu"), size=128)
+    assert math.isfinite(speedup) and speedup > 0
+
+
+@pytest.mark.parametrize(
+    ("choice", "speedup", "bf16", "says"),
+    [
+        ("auto", 0.01, False, "below the 2x"),  # AVX2-only CPU: emulated bf16
+        ("auto", 1.9, False, "below the 2x"),
+        ("auto", 2.0, True, "bf16 autocast"),  # bf16 matrix units
+        ("auto", math.inf, True, "supported"),  # a GPU with bf16
+        ("yes", 0.01, True, "slow on this device"),
+        ("yes", 3.0, True, "bf16 autocast"),
+    ],
+)
+def test_bf16_auto_takes_bf16_only_where_it_is_fast(monkeypatch, choice, speedup, bf16, says) -> None:
+    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_gemm_speedup", lambda device: speedup)
+    taken, line = resolve_bf16(choice, torch.device("cpu"))
+    assert taken is bf16 and says in line
+
+
+def test_bf16_no_does_not_measure_and_bad_choices_are_refused(monkeypatch) -> None:
+    def fail(device):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_gemm_speedup", fail)
+    assert resolve_bf16("no", torch.device("cpu")) == (False, "fp32 (--bf16 no)")
+    with pytest.raises(ValueError, match="`bf16` is 'maybe'; pass 'auto', 'yes' or 'no'"):
+        resolve_bf16("maybe", torch.device("cpu"))
 
 
 # ------------------------------------------------------------------------------------------- the Trainer
