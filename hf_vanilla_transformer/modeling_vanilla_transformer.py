@@ -34,6 +34,9 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .generation_vanilla_transformer import PaperGenerationMixin
 
 PIPELINE_FILE = "pipeline_vanilla_translation.py"
+# transformers 5.24 renamed the outputs' `past_key_values` field to `cache`; the old name still works there but logs a
+# deprecation warning on every run, so outputs are built and read under the installed version's name.
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -597,7 +600,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values}
         )
 
     def cross_attention_mask(
@@ -759,7 +762,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -876,7 +879,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
