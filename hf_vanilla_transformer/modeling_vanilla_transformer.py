@@ -8,6 +8,7 @@ This file imports only torch and transformers, so that a saved folder loads with
 import math
 import os
 import shutil
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -579,9 +580,13 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
         )
         # No decoder padding mask means every position counts: the helpers build the causal mask from the cache
-        # length alone (and sdpa needs none for a single new token).
+        # length alone. A single new position then masks nothing (no later positions exist, §3.2.3) unless the cache
+        # is static (compileable), whose unwritten slots must be hidden: skip the mask, as decoding does every step.
         # The cache goes in by position: transformers 5.24 renamed the argument `past_key_values` -> `cache`.
-        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
+        if seq_length == 1 and attention_mask is None and not getattr(self_attention_cache, "is_compileable", False):
+            causal_mask = None
+        else:
+            causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = self.cross_attention_mask(
             encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
         )
@@ -772,6 +777,48 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+# oneDNN-packed copies of output projection weights for CPU inference (`project_to_vocabulary`), by id of the weight,
+# each dropped when its weight is freed. Kept outside the modules: packed tensors are opaque (no storage), so a deep
+# copy or pickle of a model holding one would fail.
+_PACKED_WEIGHTS: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}
+
+
+def onednn_linear_applies(hidden_states: torch.Tensor, weight: torch.Tensor) -> bool:
+    """True where `project_to_vocabulary` may use a packed weight: float32 on the CPU, no autocast, no gradient
+    wanted, not under torch.compile (which packs weights itself), oneDNN present and enabled."""
+    return (
+        hidden_states.device.type == "cpu"
+        and hidden_states.dtype == weight.dtype == torch.float32
+        and hidden_states.numel() > 0
+        and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+def project_to_vocabulary(hidden_states: torch.Tensor, lm_head: nn.Linear) -> torch.Tensor:
+    """§3.4 "the usual learned linear transformation" to next-token logits: (B, T, D) -> (B, T, V).
+
+    For CPU inference the weight is used in oneDNN's packed layout, made on first use and again after every change
+    to the weight (its version counter or storage changes): for the few rows of a decoding step the V × D projection
+    is the largest matrix product, and `F.linear` runs it 1.7-4.9x slower (bench/README.md). It costs one more copy
+    of the weight in memory. The result equals `lm_head(hidden_states)` up to float32 rounding;
+    `torch.backends.mkldnn.flags(enabled=False)` turns it off."""
+    weight = lm_head.weight
+    if not onednn_linear_applies(hidden_states, weight):
+        return lm_head(hidden_states)
+    key = (weight._version, weight.data_ptr())
+    kept = _PACKED_WEIGHTS.get(id(weight))
+    if kept is None:
+        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
+    if kept is None or kept[0] != key:
+        kept = _PACKED_WEIGHTS[id(weight)] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+    return torch.ops.mkldnn._linear_pointwise(hidden_states, kept[1], lm_head.bias, "none", [], "")
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
@@ -855,7 +902,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 "Pass labels with one id per decoder position."
             )
         if not skip_logits:
-            logits = self.lm_head(hidden_states)  # (B, T, D) -> (B, T, V)
+            logits = project_to_vocabulary(hidden_states, self.lm_head)
         if labels is not None:
             labels = labels.to(hidden_states.device)
             if not skip_logits:
@@ -887,6 +934,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's per-step cache reordering (transformers calls it when the model defines it). Only the
+        self-attention cache moves: beams are reordered within their own source sentence, whose rows of the
+        encoder-decoder attention cache (K/V of one encoder output, repeated per beam) are equal, so gathering them
+        again every step (transformers' default) would copy them unchanged."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq` so that the Trainer's label smoothing sees decoder inputs."""

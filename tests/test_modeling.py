@@ -1,5 +1,6 @@
 """Model behaviour: caching, padding, backends, saving, tying variants, loss, outputs, checkpointing, input errors."""
 
+import copy
 import json
 import math
 
@@ -7,9 +8,15 @@ import pytest
 import torch
 from safetensors import safe_open
 from transformers import AutoModel, AutoModelForSeq2SeqLM
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-from hf_vanilla_transformer.modeling_vanilla_transformer import linear_label_smoothed_cross_entropy, sinusoid_table
+from hf_vanilla_transformer.modeling_vanilla_transformer import (
+    _PACKED_WEIGHTS,
+    linear_label_smoothed_cross_entropy,
+    project_to_vocabulary,
+    sinusoid_table,
+)
 
 from .conftest import VOCAB, random_batch, tiny_model
 
@@ -50,6 +57,83 @@ def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="`cache` or as `past_key_values`, not both"):
         model(**batch, past_key_values=past, cache=past)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_cpu_inference_projection_uses_a_packed_weight_equal_to_the_linear() -> None:
+    model = tiny_model()
+    lm_head = model.lm_head
+    hidden = torch.randn(3, 5, 32)
+    with torch.no_grad():
+        packed = project_to_vocabulary(hidden, lm_head)
+        assert id(lm_head.weight) in _PACKED_WEIGHTS
+        torch.testing.assert_close(packed, lm_head(hidden), atol=1e-5, rtol=1e-5)
+        # A change to the weight in place (an optimizer step, load_state_dict) is seen: no stale packed copy.
+        lm_head.weight.mul_(-2.0)
+        torch.testing.assert_close(project_to_vocabulary(hidden, lm_head), lm_head(hidden), atol=1e-5, rtol=1e-5)
+        with torch.backends.mkldnn.flags(enabled=False):
+            assert torch.equal(project_to_vocabulary(hidden, lm_head), lm_head(hidden))
+    # Training takes the plain linear (gradients flow to the tied embedding); the packed copy does not break copies.
+    hidden.requires_grad_(True)
+    logits = project_to_vocabulary(hidden, lm_head)
+    assert torch.equal(logits, lm_head(hidden))
+    logits.sum().backward()
+    assert model.model.shared.weight.grad is not None and hidden.grad is not None
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            project_to_vocabulary(hidden, copied.lm_head), lm_head(hidden), atol=1e-5, rtol=1e-5
+        )
+    weight_id = id(copied.lm_head.weight)
+    del copied
+    assert weight_id not in _PACKED_WEIGHTS  # freed with its weight
+
+
+def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch) -> None:
+    """The model skips reordering the encoder-decoder attention cache (equal rows within each source's beams):
+    the same sequences and scores as transformers' default, which reorders both caches."""
+    model = tiny_model(seed=2)
+    batch = random_batch(batch=3, src_len=9)
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=12)
+    kwargs |= dict(num_beams=4, num_return_sequences=2, output_scores=True, return_dict_in_generate=True)
+    ours = model.generate(**kwargs)
+    monkeypatch.delattr(VanillaTransformerForConditionalGeneration, "_reorder_cache")
+    default = model.generate(**kwargs)
+    assert torch.equal(ours.sequences, default.sequences)
+    assert torch.equal(ours.sequences_scores, default.sequences_scores)
+    # The test means something: beams were reordered, and each source gave other scores (the cross cache matters).
+    assert (ours.beam_indices[:, 1:] % 4 > 0).any()
+    assert len(set(ours.sequences_scores.tolist())) == 6
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_static_cache_gives_the_same_tokens_as_the_dynamic_cache(num_beams: int) -> None:
+    """A static cache holds unwritten slots that the causal mask must hide, even for one new token per step."""
+    model = tiny_model(seed=3)
+    batch = random_batch()
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=10)
+    kwargs |= dict(num_beams=num_beams, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    dynamic = model.generate(**kwargs)
+    static = model.generate(**kwargs, cache_implementation="static")
+    assert torch.equal(static.sequences, dynamic.sequences)
+    for a, b in zip(static.scores, dynamic.scores, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # Called step by step without a decoder mask, as a user's own loop would: the model builds the mask itself.
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    full = model(**batch).logits
+    encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    cache = EncoderDecoderCache(StaticCache(config=model.config, max_cache_len=16), DynamicCache(config=model.config))
+    steps = [
+        model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_input_ids[:, t : t + 1],
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
+        for t in range(decoder_input_ids.shape[1])
+    ]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_padded_batch_equals_each_example_alone() -> None:
