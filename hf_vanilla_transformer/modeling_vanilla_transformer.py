@@ -804,11 +804,15 @@ def project_to_vocabulary(hidden_states: torch.Tensor, lm_head: nn.Linear) -> to
 
     For CPU inference the weight is used in oneDNN's packed layout, made on first use and again after every change
     to the weight (its version counter or storage changes): for the few rows of a decoding step the V × D projection
-    is the largest matrix product, and `F.linear` runs it 1.7-4.9x slower (bench/README.md). It costs one more copy
-    of the weight in memory. The result equals `lm_head(hidden_states)` up to float32 rounding;
+    is the largest matrix product, and `F.linear` runs it 1.6-4.8x slower (bench/packed_projection.py). It costs one
+    more copy of the weight in memory. The result equals `lm_head(hidden_states)` up to float32 rounding;
     `torch.backends.mkldnn.flags(enabled=False)` turns it off."""
-    weight = lm_head.weight
-    if not onednn_linear_applies(hidden_states, weight):
+    weight = lm_head.weight if type(lm_head) is nn.Linear else None
+    # Only a plain nn.Linear with a plain weight: a wrapped or hooked projection (PEFT, quantization, offloading)
+    # must run its own forward.
+    plain = weight is not None and type(weight) in (nn.Parameter, torch.Tensor)
+    hooked = plain and bool(lm_head._forward_hooks or lm_head._forward_pre_hooks)
+    if not plain or hooked or not onednn_linear_applies(hidden_states, weight):
         return lm_head(hidden_states)
     key = (weight._version, weight.data_ptr())
     kept = _PACKED_WEIGHTS.get(id(weight))
