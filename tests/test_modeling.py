@@ -87,6 +87,10 @@ def test_cpu_inference_projection_uses_a_packed_weight_equal_to_the_linear() -> 
     weight_id = id(copied.lm_head.weight)
     del copied
     assert weight_id not in _PACKED_WEIGHTS  # freed with its weight
+    # A weight made under inference mode (no version counter) takes the plain linear.
+    with torch.inference_mode():
+        made_there = tiny_model()
+        assert torch.equal(project_to_vocabulary(hidden, made_there.lm_head), made_there.lm_head(hidden))
     # A hooked projection (as PEFT or offloading install) runs its own forward.
     with torch.no_grad():
         model.lm_head.register_forward_hook(lambda module, args, output: output + 1.0)
