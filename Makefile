@@ -31,9 +31,10 @@ train-1h: setup
 	$(VENV)/bin/hf-vanilla-transformer train --max-time 1h --bf16 auto --save-every 10m --curve-every 10m \
 		--output-dir runs/multi30k-en-de-1h $(ARGS)
 
+# Warmup 800 (not 400) for about 4,000 updates: chosen on val (docs/runs/sweep.md, runs N and O; the 2-hour runs).
 train-2h: setup
-	$(VENV)/bin/hf-vanilla-transformer train --max-time 2h --bf16 auto --save-every 10m --curve-every 10m \
-		--output-dir runs/multi30k-en-de-2h $(ARGS)
+	$(VENV)/bin/hf-vanilla-transformer train --max-time 2h --bf16 auto --warmup-steps 800 --save-every 10m \
+		--curve-every 10m --output-dir runs/multi30k-en-de-2h $(ARGS)
 
 # Ours against MarianMTModel, same architecture, same run (not part of the tests).
 bench: setup
