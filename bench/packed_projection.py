@@ -3,34 +3,30 @@
 
     .venv/bin/python -m bench.packed_projection [--vocab 8000] [--d-model 256] [--rows 1 4 16 64 320]
 
-Prints, per row count, the median microseconds of each (interleaved rounds after warm-up) and their ratio.
+Prints, per row count, the median microseconds of each (bench.bench's interleaved ABBA rounds after warm-up) and
+their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from bench.bench import interleaved, summary
 from hf_vanilla_transformer.modeling_vanilla_transformer import onednn_linear_applies, project_to_vocabulary
 
 
-def median_microseconds(fns: dict[str, Callable[[], torch.Tensor]], calls: int, rounds: int) -> dict[str, float]:
-    """Each function `calls` times per round, the functions alternating round by round; the median per call."""
-    for fn in fns.values():
-        for _ in range(5):
+def repeated(fn: Callable[[], torch.Tensor], calls: int) -> Callable[[], None]:
+    """`fn` run `calls` times in one timed call: a single projection is too short to time alone."""
+
+    def run() -> None:
+        for _ in range(calls):
             fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times[name].append((time.perf_counter() - start) / calls * 1e6)
-    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
                 "linear": lambda hidden=hidden: lm_head(hidden),
                 "packed": lambda hidden=hidden: project_to_vocabulary(hidden, lm_head),
             }
-            times = median_microseconds(fns, calls=max(5, 2000 // rows), rounds=args.rounds)
+            calls = max(5, 2000 // rows)
+            seconds, _, _ = interleaved({name: repeated(fn, calls) for name, fn in fns.items()}, args.rounds, 5)
+            times = {name: summary(values)["median"] / calls * 1e6 for name, values in seconds.items()}
             difference = float((fns["linear"]() - fns["packed"]()).abs().max())
             speedup = times["linear"] / times["packed"]
             print(f"| {rows} | {times['linear']:,.0f} | {times['packed']:,.0f} | {speedup:.2f}× | {difference:.1e} |")

@@ -811,7 +811,7 @@ def project_to_vocabulary(hidden_states: torch.Tensor, lm_head: nn.Linear) -> to
     # Only a plain nn.Linear with a plain weight: a wrapped or hooked projection (PEFT, quantization, offloading)
     # must run its own forward; a weight made under torch.inference_mode has no version counter to watch.
     plain = weight is not None and type(weight) in (nn.Parameter, torch.Tensor) and not weight.is_inference()
-    hooked = plain and bool(lm_head._forward_hooks or lm_head._forward_pre_hooks)
+    hooked = lm_head._forward_hooks or lm_head._forward_pre_hooks
     if not plain or hooked or not onednn_linear_applies(hidden_states, weight):
         return lm_head(hidden_states)
     key = (weight._version, weight.data_ptr())

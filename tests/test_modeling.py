@@ -33,16 +33,14 @@ def test_cached_and_uncached_generation_give_the_same_tokens(num_beams: int) -> 
     assert cached.shape[1] > 1
 
 
-@pytest.mark.parametrize(
-    "cache_name", ["past_key_values", "cache"]
-)  # generate()'s name up to / from transformers 5.24
-def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
-    model = tiny_model()
-    batch = random_batch()
+def assert_step_by_step_equals_full_forward(
+    model: VanillaTransformerForConditionalGeneration, batch: dict, cache_name: str, cache: object = None
+) -> object:
+    """Decode the labels' decoder inputs one position per call, without a decoder mask (as a user's own loop would),
+    passing the cache under `cache_name`; the logits must equal one full forward pass. Returns the final cache."""
     full = model(**batch).logits
     decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
     encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    past = None
     steps = []
     for t in range(decoder_input_ids.shape[1]):
         out = model(
@@ -50,11 +48,21 @@ def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
             attention_mask=batch["attention_mask"],
             decoder_input_ids=decoder_input_ids[:, t : t + 1],
             use_cache=True,
-            **{cache_name: past},
+            **{cache_name: cache},
         )
-        past = out.past_key_values
+        cache = out.past_key_values
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    return cache
+
+
+@pytest.mark.parametrize(
+    "cache_name", ["past_key_values", "cache"]
+)  # generate()'s name up to / from transformers 5.24
+def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
+    model = tiny_model()
+    batch = random_batch()
+    past = assert_step_by_step_equals_full_forward(model, batch, cache_name)
     with pytest.raises(ValueError, match="`cache` or as `past_key_values`, not both"):
         model(**batch, past_key_values=past, cache=past)
 
@@ -126,22 +134,9 @@ def test_static_cache_gives_the_same_tokens_as_the_dynamic_cache(num_beams: int)
     assert torch.equal(static.sequences, dynamic.sequences)
     for a, b in zip(static.scores, dynamic.scores, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    # Called step by step without a decoder mask, as a user's own loop would: the model builds the mask itself.
-    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
-    full = model(**batch).logits
-    encoder_outputs = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    # Called step by step without a decoder mask: the model builds the mask that hides the unwritten slots itself.
     cache = EncoderDecoderCache(StaticCache(config=model.config, max_cache_len=16), DynamicCache(config=model.config))
-    steps = [
-        model(
-            encoder_outputs=encoder_outputs,
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=decoder_input_ids[:, t : t + 1],
-            past_key_values=cache,
-            use_cache=True,
-        ).logits
-        for t in range(decoder_input_ids.shape[1])
-    ]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert_step_by_step_equals_full_forward(model, batch, "past_key_values", cache)
 
 
 def test_padded_batch_equals_each_example_alone() -> None:
