@@ -75,6 +75,99 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+# oneDNN-packed copies of linear weights for CPU inference (`inference_linear`), by id of the weight and then by
+# dtype, each dropped when its weight is freed. Kept outside the modules: packed tensors are opaque (no storage), so a
+# deep copy or pickle of a model holding one would fail.
+_PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor]]] = {}
+
+
+def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype in which `inference_linear` may multiply by a packed weight, or None where it must not: on the CPU,
+    no gradient wanted, not under torch.compile (which packs weights itself), oneDNN present and enabled; float32,
+    or bfloat16 (bf16 autocast, or bf16 inputs and weights) where oneDNN has bf16 kernels."""
+    if not (
+        hidden_states.device.type == weight.device.type == "cpu"
+        and hidden_states.numel() > 0
+        and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
+        and not torch.compiler.is_compiling()
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    ):
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        # Autocast's linear casts the input, the weight and the bias to its dtype; float32 ones only.
+        dtype = torch.get_autocast_dtype("cpu")
+        inputs_castable = {hidden_states.dtype, weight.dtype} <= {torch.float32, dtype}
+    else:
+        dtype = weight.dtype
+        inputs_castable = hidden_states.dtype == dtype
+    if not inputs_castable:
+        return None
+    if dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return dtype
+    return None
+
+
+def calls_plain_forward(module: nn.Module) -> bool:
+    """True where `module(x)` would only run `nn.Linear.forward`: exactly an `nn.Linear` (not a PEFT, quantized or
+    other subclass), no hooks of its own or global ones, no per-instance forward (accelerate's offloading sets one)."""
+    hooks = torch.nn.modules.module
+    return (
+        type(module) is nn.Linear
+        and "forward" not in module.__dict__
+        and not (module._forward_hooks or module._forward_pre_hooks)
+        and not (module._backward_hooks or module._backward_pre_hooks)
+        and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+        and not (hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
+    )
+
+
+# Below this many multiply-adds in float32, oneDNN's fixed cost per call (~13 µs) outweighs what the packed layout
+# saves: one row of a 256 × 256 layer takes 16 µs packed against 7 µs through `F.linear`, 16 rows 20 against 18 µs;
+# 16 rows of 256 × 1024 (4.2 M) 36 against 68 µs; one row of the 256 × 8000 output projection (2 M) 73 against
+# 142 µs (bench/packed_projection.py, AMD EPYC with AVX-512, 2 threads).
+PACKED_LINEAR_MIN_MACS = 1_500_000
+
+
+def inference_linear(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`module(hidden_states)`; for CPU inference in bfloat16 (autocast or bf16 weights), or in float32 for products
+    of at least `PACKED_LINEAR_MIN_MACS` multiply-adds, `packed_linear`.
+
+    For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
+    (bench/packed_projection.py). It costs one more copy of the weights in memory (per dtype used). The result
+    equals `module(hidden_states)` up to float32 rounding (bf16: the rounding of autocast's linear);
+    `torch.backends.mkldnn.flags(enabled=False)` turns it off."""
+    weight = module.weight if calls_plain_forward(module) else None
+    # A weight made under torch.inference_mode has no version counter to watch; a tensor subclass has its own ops.
+    if weight is None or type(weight) not in (nn.Parameter, torch.Tensor) or weight.is_inference():
+        return module(hidden_states)
+    dtype = packed_linear_dtype(hidden_states, weight)
+    # The size threshold is for float32: under bf16 autocast the packed product wins at every size (no casts).
+    small = hidden_states.numel() * weight.shape[0] < PACKED_LINEAR_MIN_MACS
+    if dtype is None or (dtype == torch.float32 and small):
+        return module(hidden_states)
+    return packed_linear(module, hidden_states, dtype)
+
+
+def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
+    again after every change to the weight (its version counter or storage changes). No checks: see
+    `inference_linear`."""
+    weight = module.weight
+    key = (weight._version, weight.data_ptr())
+    by_dtype = _PACKED_WEIGHTS.get(id(weight))
+    if by_dtype is None:
+        by_dtype = _PACKED_WEIGHTS[id(weight)] = {}
+        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
+    kept = by_dtype.get(dtype)
+    if kept is None or kept[0] != key:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
+        kept = by_dtype[dtype] = (key, packed)
+    bias = None if module.bias is None else module.bias.to(dtype)
+    return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
+
+
 class VanillaTransformerAttention(nn.Module):
     """§3.2.2 Multi-Head Attention: Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -117,7 +210,8 @@ class VanillaTransformerAttention(nn.Module):
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, self.num_heads, self.head_dim)  # explicit H: -1 is ambiguous for B = 0
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
+        query_states = inference_linear(self.q_proj, hidden_states)
+        query_states = query_states.view(hidden_shape).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
         cache: Cache | None = None
         is_updated = False
@@ -137,8 +231,10 @@ class VanillaTransformerAttention(nn.Module):
         else:
             current_states = key_value_states if is_cross_attention else hidden_states
             kv_shape = (*current_states.shape[:-1], self.num_heads, self.head_dim)
-            key_states = self.k_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
-            value_states = self.v_proj(current_states).view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
+            key_states = inference_linear(self.k_proj, current_states)
+            value_states = inference_linear(self.v_proj, current_states)
+            key_states = key_states.view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
+            value_states = value_states.view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
             if cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
@@ -158,7 +254,7 @@ class VanillaTransformerAttention(nn.Module):
             **kwargs,
         )
         attn_output = attn_output.reshape(*input_shape, self.embed_dim).contiguous()  # (B, T, H, Dh) -> (B, T, D)
-        return self.out_proj(attn_output), attn_weights
+        return inference_linear(self.out_proj, attn_output), attn_weights
 
 
 def sinusoid_table(num_positions: int, dim: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
@@ -298,9 +394,9 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = self.activation_fn(inference_linear(self.fc1, hidden_states))
         hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
-        hidden_states = self.fc2(hidden_states)
+        hidden_states = inference_linear(self.fc2, hidden_states)
         hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         if not self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
@@ -366,9 +462,9 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = self.activation_fn(inference_linear(self.fc1, hidden_states))
         hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
-        hidden_states = self.fc2(hidden_states)
+        hidden_states = inference_linear(self.fc2, hidden_states)
         hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         if not self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
@@ -778,52 +874,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-# oneDNN-packed copies of output projection weights for CPU inference (`project_to_vocabulary`), by id of the weight,
-# each dropped when its weight is freed. Kept outside the modules: packed tensors are opaque (no storage), so a deep
-# copy or pickle of a model holding one would fail.
-_PACKED_WEIGHTS: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}
-
-
-def onednn_linear_applies(hidden_states: torch.Tensor, weight: torch.Tensor) -> bool:
-    """True where `project_to_vocabulary` may use a packed weight: float32 on the CPU, no autocast, no gradient
-    wanted, not under torch.compile (which packs weights itself), oneDNN present and enabled."""
-    return (
-        hidden_states.device.type == "cpu"
-        and hidden_states.dtype == weight.dtype == torch.float32
-        and hidden_states.numel() > 0
-        and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
-
-
-def project_to_vocabulary(hidden_states: torch.Tensor, lm_head: nn.Linear) -> torch.Tensor:
-    """§3.4 "the usual learned linear transformation" to next-token logits: (B, T, D) -> (B, T, V).
-
-    For CPU inference the weight is used in oneDNN's packed layout, made on first use and again after every change
-    to the weight (its version counter or storage changes): for the few rows of a decoding step the V × D projection
-    is the largest matrix product, and `F.linear` runs it 1.6-4.8x slower (bench/packed_projection.py). It costs one
-    more copy of the weight in memory. The result equals `lm_head(hidden_states)` up to float32 rounding;
-    `torch.backends.mkldnn.flags(enabled=False)` turns it off."""
-    weight = lm_head.weight if type(lm_head) is nn.Linear else None
-    # Only a plain nn.Linear with a plain weight: a wrapped or hooked projection (PEFT, quantization, offloading)
-    # must run its own forward; a weight made under torch.inference_mode has no version counter to watch.
-    plain = weight is not None and type(weight) in (nn.Parameter, torch.Tensor) and not weight.is_inference()
-    hooked = lm_head._forward_hooks or lm_head._forward_pre_hooks
-    if not plain or hooked or not onednn_linear_applies(hidden_states, weight):
-        return lm_head(hidden_states)
-    key = (weight._version, weight.data_ptr())
-    kept = _PACKED_WEIGHTS.get(id(weight))
-    if kept is None:
-        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
-    if kept is None or kept[0] != key:
-        kept = _PACKED_WEIGHTS[id(weight)] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
-    return torch.ops.mkldnn._linear_pointwise(hidden_states, kept[1], lm_head.bias, "none", [], "")
-
-
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
@@ -907,7 +957,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 "Pass labels with one id per decoder position."
             )
         if not skip_logits:
-            logits = project_to_vocabulary(hidden_states, self.lm_head)
+            logits = inference_linear(self.lm_head, hidden_states)
         if labels is not None:
             labels = labels.to(hidden_states.device)
             if not skip_logits:

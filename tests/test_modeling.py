@@ -11,10 +11,11 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
 from hf_vanilla_transformer.modeling_vanilla_transformer import (
     _PACKED_WEIGHTS,
+    inference_linear,
     linear_label_smoothed_cross_entropy,
-    project_to_vocabulary,
     sinusoid_table,
 )
 
@@ -67,42 +68,114 @@ def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
         model(**batch, past_key_values=past, cache=past)
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
-def test_cpu_inference_projection_uses_a_packed_weight_equal_to_the_linear() -> None:
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+
+
+@needs_onednn
+def test_cpu_inference_linear_uses_a_packed_weight_equal_to_the_linear(monkeypatch) -> None:
     model = tiny_model()
     lm_head = model.lm_head
     hidden = torch.randn(3, 5, 32)
     with torch.no_grad():
-        packed = project_to_vocabulary(hidden, lm_head)
-        assert id(lm_head.weight) in _PACKED_WEIGHTS
+        # A float32 product below the size threshold takes the plain linear; the tiny model's are all below it.
+        assert hidden.numel() * lm_head.out_features < modeling.PACKED_LINEAR_MIN_MACS
+        assert torch.equal(inference_linear(lm_head, hidden), lm_head(hidden))
+        assert id(lm_head.weight) not in _PACKED_WEIGHTS
+        monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", hidden.numel() * lm_head.out_features)
+        packed = inference_linear(lm_head, hidden)
+        assert torch.float32 in _PACKED_WEIGHTS[id(lm_head.weight)]
         torch.testing.assert_close(packed, lm_head(hidden), atol=1e-5, rtol=1e-5)
         # A change to the weight in place (an optimizer step, load_state_dict) is seen: no stale packed copy.
         lm_head.weight.mul_(-2.0)
-        torch.testing.assert_close(project_to_vocabulary(hidden, lm_head), lm_head(hidden), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(inference_linear(lm_head, hidden), lm_head(hidden), atol=1e-5, rtol=1e-5)
         with torch.backends.mkldnn.flags(enabled=False):
-            assert torch.equal(project_to_vocabulary(hidden, lm_head), lm_head(hidden))
+            assert torch.equal(inference_linear(lm_head, hidden), lm_head(hidden))
     # Training takes the plain linear (gradients flow to the tied embedding); the packed copy does not break copies.
     hidden.requires_grad_(True)
-    logits = project_to_vocabulary(hidden, lm_head)
+    logits = inference_linear(lm_head, hidden)
     assert torch.equal(logits, lm_head(hidden))
     logits.sum().backward()
     assert model.model.shared.weight.grad is not None and hidden.grad is not None
     copied = copy.deepcopy(model)
     with torch.no_grad():
-        torch.testing.assert_close(
-            project_to_vocabulary(hidden, copied.lm_head), lm_head(hidden), atol=1e-5, rtol=1e-5
-        )
+        torch.testing.assert_close(inference_linear(copied.lm_head, hidden), lm_head(hidden), atol=1e-5, rtol=1e-5)
     weight_id = id(copied.lm_head.weight)
     del copied
     assert weight_id not in _PACKED_WEIGHTS  # freed with its weight
     # A weight made under inference mode (no version counter) takes the plain linear.
     with torch.inference_mode():
         made_there = tiny_model()
-        assert torch.equal(project_to_vocabulary(hidden, made_there.lm_head), made_there.lm_head(hidden))
-    # A hooked projection (as PEFT or offloading install) runs its own forward.
+        assert torch.equal(inference_linear(made_there.lm_head, hidden), made_there.lm_head(hidden))
+
+
+@needs_onednn
+def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forward(monkeypatch) -> None:
+    """Hooks (PEFT, offloading, output recorders), a per-instance forward (accelerate's offloading) and subclasses
+    (quantized layers) must run as called: the result shows that their code ran."""
+    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    layer = tiny_model().model.decoder.layers[0].fc1
+    hidden = torch.randn(2, 3, 32)
     with torch.no_grad():
-        model.lm_head.register_forward_hook(lambda module, args, output: output + 1.0)
-        assert torch.equal(project_to_vocabulary(hidden, model.lm_head), lm_head(hidden))
+        plain = layer(hidden)
+        handle = layer.register_forward_hook(lambda module, args, output: output + 1.0)
+        assert torch.equal(inference_linear(layer, hidden), plain + 1.0)
+        handle.remove()
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: output * 0.0)
+        try:
+            assert not inference_linear(layer, hidden).any()
+        finally:
+            handle.remove()
+        layer.forward = lambda x: torch.nn.Linear.forward(layer, x) - 1.0
+        assert torch.equal(inference_linear(layer, hidden), plain - 1.0)
+        del layer.forward
+
+        class Doubled(torch.nn.Linear):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return 2.0 * super().forward(x)
+
+        doubled = Doubled(32, 64)
+        doubled.load_state_dict(layer.state_dict())
+        assert torch.equal(inference_linear(doubled, hidden), 2.0 * plain)
+    assert id(doubled.weight) not in _PACKED_WEIGHTS
+
+
+@needs_onednn
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 kernels on this CPU")
+def test_cpu_inference_linear_under_bf16_autocast_matches_autocast_linear() -> None:
+    layer = tiny_model().model.encoder.layers[0].fc2
+    hidden = torch.randn(4, 7, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = layer(hidden)
+        got = inference_linear(layer, hidden)
+        assert set(_PACKED_WEIGHTS[id(layer.weight)]) == {torch.bfloat16}  # a bf16 copy: the fp32 one is not made
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)  # bf16 tolerances: the same products, rounded to bf16
+    # bf16 weights without autocast take the same path; a float32 input then stays an error, as for the linear.
+    layer.bfloat16()
+    with torch.no_grad():
+        torch.testing.assert_close(inference_linear(layer, hidden.bfloat16()), layer(hidden.bfloat16()))
+        with pytest.raises(RuntimeError):
+            inference_linear(layer, hidden)
+
+
+@needs_onednn
+def test_generation_packs_every_linear_and_matches_the_plain_layers(monkeypatch) -> None:
+    """Every projection of a decoding step (attention, FFN, output) runs packed during `generate` on the CPU (the size
+    threshold lowered for the tiny model), and the scores equal those of the plain `nn.Linear` layers up to float32
+    rounding."""
+    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    model = tiny_model(seed=2)
+    batch = random_batch()
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=8)
+    kwargs |= dict(num_beams=2, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    packed = model.generate(**kwargs)
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    assert len(linears) == 2 * 6 + 2 * 10 + 1  # 2 encoder layers, 2 decoder layers, the output projection
+    assert all(torch.float32 in _PACKED_WEIGHTS.get(id(module.weight), {}) for module in linears)
+    with torch.backends.mkldnn.flags(enabled=False):
+        plain = model.generate(**kwargs)
+    assert torch.equal(packed.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(packed.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
 
 
 def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch) -> None:
