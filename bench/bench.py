@@ -6,7 +6,9 @@ Both models get the same architecture, sizes and weights (Marian's [sin | cos] s
 `sinusoidal_layout="concat"`, so both compute the same function; the script checks that their logits agree), the
 same batches, the same loss function and the same generation settings. Every measurement alternates the models
 rep by rep (ABBA order) after warm-up and reports medians and spreads; ratios are medians of the per-rep ratios,
-so that load from other processes on the machine hits both models alike. See bench/README.md for the method.
+so that load from other processes on the machine hits both models alike. CTranslate2, on the same weights, runs
+in a process of its own (`--ct2-worker`): beside PyTorch it slows PyTorch's small matrix products. See
+bench/README.md for the method.
 """
 
 from __future__ import annotations
