@@ -83,13 +83,15 @@ _PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor
 
 def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
     """The dtype in which `inference_linear` may multiply by a packed weight, or None where it must not: on the CPU,
-    no gradient wanted, not under torch.compile (which packs weights itself), oneDNN present and enabled; float32,
-    or bfloat16 (bf16 autocast, or bf16 inputs and weights) where oneDNN has bf16 kernels."""
+    no gradient wanted, not under torch.compile (which packs weights itself), torch.export or torch.jit.trace (their
+    graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
+    and weights) where oneDNN has bf16 kernels."""
     if not (
-        hidden_states.device.type == weight.device.type == "cpu"
+        not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and hidden_states.device.type == weight.device.type == "cpu"
         and hidden_states.numel() > 0
         and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
-        and not torch.compiler.is_compiling()
         and torch.backends.mkldnn.is_available()
         and torch.backends.mkldnn.enabled
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")

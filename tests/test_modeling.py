@@ -140,6 +140,28 @@ def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forw
 
 
 @needs_onednn
+def test_traced_and_exported_graphs_hold_the_plain_linear(monkeypatch) -> None:
+    """torch.jit.trace and torch.export record portable ops (for ONNX and other runtimes), not oneDNN's packed one."""
+    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+
+    class Projection(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = tiny_model().model.decoder.layers[0].fc1
+
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+            return inference_linear(self.fc1, hidden)
+
+    module, hidden = Projection().eval(), torch.randn(2, 3, 32)
+    with torch.no_grad():
+        traced = torch.jit.trace(module, hidden)
+        exported = torch.export.export(module, (hidden,))
+        for graph in (str(traced.graph), str(exported.graph)):
+            assert "linear" in graph and "mkldnn" not in graph
+        torch.testing.assert_close(exported.module()(hidden), module.fc1(hidden))
+
+
+@needs_onednn
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 kernels on this CPU")
 def test_cpu_inference_linear_under_bf16_autocast_matches_autocast_linear() -> None:
     layer = tiny_model().model.encoder.layers[0].fc2
