@@ -34,7 +34,15 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConf
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
-from ._common import KeyRule, apply_key_map, load_with_key_map, model_card, verify_logits, write_folder
+from ._common import (
+    KeyRule,
+    apply_key_map,
+    load_with_key_map,
+    model_card,
+    plain_kernels,
+    verify_logits,
+    write_folder,
+)
 
 # The module names are Marian's by design, so most weights keep their name and shape in both directions.
 _LAYER = r"model\.(?:encoder|decoder)\.layers\.\d+\."
@@ -183,7 +191,8 @@ def compare(
     """Check that `candidate` computes `reference`'s logits on `sample_inputs`; `new_id` maps the reference's token
     ids to the candidate's (<pad> moved). Float64 within `atol` tests the conversion itself; float32 within `atol_fp32`
     what users will see: the residual-stream permutation reorders every sum, which alone moves float32 logits by
-    ~2e-6 on tiny random models and ~6e-5 on a random base-size one (init_std 0.1). Returns both differences."""
+    ~2e-6 on tiny random models and ~6e-5 on a random base-size one (init_std 0.1). Both run their plain kernels
+    (`plain_kernels`). Returns both differences."""
     inputs = sample_inputs(reference.config)
     candidate_inputs, columns = inputs, slice(None)
     if new_id is not None:
@@ -193,8 +202,9 @@ def compare(
     models["fp32"] = (reference, candidate)
     diffs = {}
     for dtype, tolerance in (("fp64", atol), ("fp32", atol_fp32)):
-        expected = models[dtype][0].eval()(**inputs).logits
-        actual = models[dtype][1].eval()(**candidate_inputs).logits[..., columns]
+        with plain_kernels():
+            expected = models[dtype][0].eval()(**inputs).logits
+            actual = models[dtype][1].eval()(**candidate_inputs).logits[..., columns]
         diffs[dtype] = verify_logits(expected, actual, tolerance, what=f"{what}, {dtype}")
     return diffs
 

@@ -7,6 +7,7 @@ lines, Marian's vocab.json with </s> = 0 and <pad> last, swish, a non-zero final
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from transformers import (
 from conversion import marian
 from conversion.__main__ import main
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 
@@ -157,6 +159,23 @@ def test_import_opus_mt_folder(opus_folder: Path, tmp_path: Path) -> None:
     assert type(copied).__name__ == "MarianTokenizer"
     assert copied(TEXT).input_ids == source(TEXT).input_ids
     assert reloaded.generation_config.bad_words_ids == [[config.pad_token_id]]
+
+
+def test_import_checks_fp32_logits_with_the_plain_kernels(
+    opus_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fp32 check measures the conversion: our oneDNN-packed CPU inference path (forced on here for the tiny
+    model) stays out of it, so an import of the same architecture still matches Marian exactly; outside the check
+    the packed path runs and differs from Marian by float32 rounding only."""
+    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    ours = copy.deepcopy(marian.convert(import_args(opus_folder, tmp_path)))  # weights no packed copy was made of
+    reference = MarianMTModel.from_pretrained(opus_folder)
+    assert marian.compare(reference, ours, ATOL, ATOL, "MarianMTModel vs ours")["fp32"] == 0.0
+    assert id(ours.lm_head.weight) not in modeling._PACKED_WEIGHTS
+    inputs = marian.sample_inputs(ours.config, seed=1)
+    packed = logits(ours, inputs)
+    assert id(ours.lm_head.weight) in modeling._PACKED_WEIGHTS
+    torch.testing.assert_close(packed, logits(reference, inputs), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize(
