@@ -10,7 +10,8 @@ import hashlib
 import os
 import pickle
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +141,16 @@ def verify_logits(
     return max_diff
 
 
-def plain_kernels() -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def plain_kernels() -> Iterator[None]:
     """Our model without its oneDNN-packed CPU inference path (`inference_linear`): the fp32 checks measure the
     conversion, not a kernel choice. The packed path equals the plain one to float32 rounding (tests/test_modeling.py),
     but on a large trained model that rounding alone could approach the default `atol_fp32`."""
-    return torch.backends.mkldnn.flags(enabled=False)
+    with warnings.catch_warnings():
+        # Switching oneDNN off and on again warns about Intel-GPU TF32 on every CPU build: noise here.
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
 
 
 @torch.no_grad()
