@@ -1,5 +1,5 @@
 """A trained model's own decoding of Multi30k val, with the packed CPU inference path (`inference_linear`) and
-without it (`torch.backends.mkldnn.flags(enabled=False)`): seconds per pass and whether the hypotheses agree.
+without it (`plain_kernels`): seconds per pass and whether the hypotheses agree.
 
     .venv/bin/python -m bench.packed_decoding MODEL_DIR [--rounds 2] [--batch-size 64]
 
@@ -10,14 +10,15 @@ MODEL_DIR is a folder written by `hf-vanilla-transformer train` (with its tokeni
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
-import warnings
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer.data import load_multi30k
 from hf_vanilla_transformer.evaluation import score_translations, translate
+from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,8 +29,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
-    # Switching oneDNN off and on warns about Intel-GPU TF32 on every CPU build: noise here.
-    warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
     validation = load_multi30k(args.src_lang, args.tgt_lang, splits=("validation",))["validation"]
     sources, references = list(validation["source"]), list(validation["target"])
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir)
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     hypotheses: dict[str, list[str]] = {}
     for _ in range(args.rounds):
         for setting in ("packed", "plain"):
-            with torch.backends.mkldnn.flags(enabled=setting == "packed"):
+            with contextlib.nullcontext() if setting == "packed" else plain_kernels():
                 start = time.perf_counter()
                 hypotheses[setting] = translate(model, tokenizer, sources, args.batch_size, progress=False)
                 seconds = time.perf_counter() - start

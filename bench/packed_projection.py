@@ -20,6 +20,7 @@ from torch import nn
 from bench.bench import interleaved, summary
 from hf_vanilla_transformer.modeling_vanilla_transformer import (
     PACKED_LINEAR_MIN_MACS,
+    inference_linear_dtype,
     packed_linear,
     packed_linear_dtype,
 )
@@ -68,10 +69,9 @@ def main(argv: list[str] | None = None) -> None:
                     timed = {name: repeated(fn, calls) for name, fn in fns.items()}
                     seconds, _, _ = interleaved(timed, args.rounds, 5)
                     difference = float((fns["linear"]().float() - fns["packed"]().float()).abs().max())
+                    chosen = "" if inference_linear_dtype(hidden, layer.weight) is None else "*"
                 times = {name: summary(values)["median"] / calls * 1e6 for name, values in seconds.items()}
                 speedup = times["linear"] / times["packed"]
-                packed_there = dtype == "bf16" or rows * features_in * features_out >= PACKED_LINEAR_MIN_MACS
-                chosen = "*" if packed_there else ""
                 print(
                     f"| {dtype} | {features_in} × {features_out} | {rows} | {times['linear']:,.0f} | "
                     f"{times['packed']:,.0f}{chosen} | {speedup:.2f}× | {difference:.1e} |",

@@ -4,14 +4,12 @@ Hub-ready folder (safetensors weights, config, generation config, tokenizer, mod
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import os
 import pickle
 import re
-import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from safetensors.torch import load_file
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer.files import replaced_folder
+from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal
@@ -141,18 +140,6 @@ def verify_logits(
     return max_diff
 
 
-@contextlib.contextmanager
-def plain_kernels() -> Iterator[None]:
-    """Our model without its oneDNN-packed CPU inference path (`inference_linear`): the fp32 checks measure the
-    conversion, not a kernel choice. The packed path equals the plain one to float32 rounding (tests/test_modeling.py),
-    but on a large trained model that rounding alone could approach the default `atol_fp32`."""
-    with warnings.catch_warnings():
-        # Switching oneDNN off and on again warns about Intel-GPU TF32 on every CPU build: noise here.
-        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-        with torch.backends.mkldnn.flags(enabled=False):
-            yield
-
-
 @torch.no_grad()
 def reference_logits(
     model: PreTrainedModel, reference: str | os.PathLike, atol: float, atol_fp32: float, source: str = "upstream"
@@ -169,6 +156,8 @@ def reference_logits(
     if "logits_fp64" in tensors:
         logits = copy.deepcopy(model).double()(**inputs).logits
         diffs["fp64"] = verify_logits(tensors["logits_fp64"], logits, atol, mask=mask, what=f"{source} vs ours, fp64")
+    # The check measures the conversion, not a kernel choice: on a large trained model the packed CPU inference
+    # path's rounding alone could approach the default atol_fp32.
     with plain_kernels():
         logits = model(**inputs).logits
     diffs["fp32"] = verify_logits(tensors["logits"], logits, atol_fp32, mask=mask, what=f"{source} vs ours, fp32")

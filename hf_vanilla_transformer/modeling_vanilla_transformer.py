@@ -5,12 +5,14 @@ F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpo
 This file imports only torch and transformers, so that a saved folder loads with `trust_remote_code=True`.
 """
 
+import contextlib
 import inspect
 import math
 import os
 import shutil
+import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -138,18 +140,24 @@ def inference_linear(module: nn.Module, hidden_states: torch.Tensor) -> torch.Te
 
     For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
     (bench/packed_projection.py). It costs one more copy of the weights in memory (per dtype used). The result
-    equals `module(hidden_states)` up to float32 rounding (bf16: the rounding of autocast's linear);
-    `torch.backends.mkldnn.flags(enabled=False)` turns it off."""
+    equals `module(hidden_states)` up to float32 rounding (bf16: the rounding of autocast's linear); `plain_kernels`
+    (or `torch.backends.mkldnn.flags(enabled=False)`) turns it off."""
     weight = module.weight if calls_plain_forward(module) else None
     # A weight made under torch.inference_mode has no version counter to watch; a tensor subclass has its own ops.
     if weight is None or type(weight) not in (nn.Parameter, torch.Tensor) or weight.is_inference():
         return module(hidden_states)
+    dtype = inference_linear_dtype(hidden_states, weight)
+    return module(hidden_states) if dtype is None else packed_linear(module, hidden_states, dtype)
+
+
+def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype in which `inference_linear` multiplies by a packed weight, or None for the plain linear:
+    `packed_linear_dtype`, and in float32 only products of at least `PACKED_LINEAR_MIN_MACS` multiply-adds (under
+    bf16 autocast the packed product wins at every size: it skips autocast's casts)."""
     dtype = packed_linear_dtype(hidden_states, weight)
-    # The size threshold is for float32: under bf16 autocast the packed product wins at every size (no casts).
-    small = hidden_states.numel() * weight.shape[0] < PACKED_LINEAR_MIN_MACS
-    if dtype is None or (dtype == torch.float32 and small):
-        return module(hidden_states)
-    return packed_linear(module, hidden_states, dtype)
+    if dtype == torch.float32 and hidden_states.numel() * weight.shape[0] < PACKED_LINEAR_MIN_MACS:
+        return None
+    return dtype
 
 
 def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -168,6 +176,16 @@ def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.d
         kept = by_dtype[dtype] = (key, packed)
     bias = None if module.bias is None else module.bias.to(dtype)
     return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
+
+
+@contextlib.contextmanager
+def plain_kernels() -> Iterator[None]:
+    """Within the block, every layer runs its own `nn.Linear` forward: `inference_linear`'s packed path is off
+    (oneDNN is switched off; the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
 
 
 class VanillaTransformerAttention(nn.Module):
