@@ -1,24 +1,31 @@
-"""The core every converter shares (design.md §6): a safe checkpoint loader, a declarative key map that refuses
-leftover, missing and misshapen weights, a logit check that reports the max-abs difference, and the writer of a
-Hub-ready folder (safetensors weights, config, generation config, tokenizer, model card)."""
+"""The core every converter shares: a safe checkpoint loader, a declarative key map that refuses leftover, missing
+and misshapen weights, the logit checks against the source's outputs with one tolerance policy
+(`add_tolerance_arguments`), one result type (`Converted`), one tokenizer builder, one usage snippet builder, and
+the one step that ends every conversion (`finish`): verify, write a Hub-ready folder atomically with its model card
+(through the `model_card` package), reload it and check it again."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import os
 import pickle
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
-from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
+from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.files import replaced_folder
 from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels
+from model_card import render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal
@@ -168,17 +175,38 @@ def reference_logits(
     return diffs
 
 
+def sample_inputs(config: PretrainedConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Three right-padded source rows and decoder inputs behind the start token, avoiding <pad> elsewhere: the
+    inputs on which a model is compared with a live source model or with its own reloaded folder."""
+    generator = torch.Generator().manual_seed(seed)
+    pad = config.pad_token_id
+
+    def tokens(vocab_size: int, shape: tuple[int, int]) -> torch.Tensor:
+        ids = torch.randint(0, vocab_size - 1, shape, generator=generator)
+        return ids + (ids >= pad).long()  # skip <pad>
+
+    input_ids = tokens(config.vocab_size, (3, 9))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    attention_mask[2, 3:] = 0
+    decoder_input_ids = tokens(config.decoder_vocab_size, (3, 7))
+    decoder_input_ids[:, 0] = config.decoder_start_token_id
+    return {
+        "input_ids": input_ids.masked_fill(attention_mask == 0, pad),
+        "attention_mask": attention_mask,
+        "decoder_input_ids": decoder_input_ids,
+    }
+
+
 @torch.no_grad()
 def check_written(model: PreTrainedModel, output: str | os.PathLike) -> None:
     """The written folder must reproduce the in-memory model exactly (tied weights saved once, buffers and tables
-    recomputed on load)."""
-    reloaded = type(model).from_pretrained(output).eval()
-    config = model.config
-    sample = {
-        "input_ids": torch.arange(7)[None] % config.vocab_size,
-        "decoder_input_ids": torch.tensor([[config.decoder_start_token_id, 0, 1, 2, 3]]) % config.decoder_vocab_size,
-    }
-    verify_logits(model(**sample).logits, reloaded(**sample).logits, 0.0, what=f"{output} vs converted model")
+    recomputed on load), on the plain kernels of both: this checks the files, not a kernel choice."""
+    reloaded = type(model).from_pretrained(output, dtype=torch.float32).eval()
+    inputs = sample_inputs(model.config)
+    with plain_kernels():
+        expected, found = model(**inputs).logits, reloaded(**inputs).logits
+    verify_logits(expected, found, 0.0, what=f"{output} vs converted model")
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -186,61 +214,218 @@ def sha256(path: str | os.PathLike) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def model_card(title: str, source: str, facts: Mapping[str, str], usage: str, notes: Sequence[str] = ()) -> str:
-    """A short model card (Hub README.md): what the model is, where it comes from, how to use it."""
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: translation",
-        "tags: [vanilla-transformer, converted]",
-        "---",
-        "",
-        f"# {title}",
-        "",
-        source,
-        "",
-        "| | |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in facts.items()),
-        "",
-        "## Usage",
-        "",
-        "```python",
-        usage.strip(),
-        "```",
+# ------------------------------------------------------------------------------------------- tolerance policy
+ATOL_FP64 = 1e-5
+ATOL_FP32 = 1e-4
+
+
+def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--atol` and `--atol-fp32`, the same defaults for every format: the largest max-abs logit difference to the
+    source's outputs that a conversion may show before it is refused.
+
+    float64, `--atol` 1e-5: run in float64, a right conversion leaves only the source's own float32 steps:
+    ~1e-15 against MarianMTModel (all float64), 2.6e-7 to 4.4e-7 against the stored fp64 logits of fairseq (its
+    softmax stays float32), OpenNMT-py, nn.Transformer and the Annotated Transformer. A wrong one (a misplaced or
+    transposed weight, another LayerNorm or position layout) moves logits by O(0.1 to 10): 5.6 for nn.LayerNorm in
+    place of the Annotated one. 1e-5 sits twenty times above the first, four orders below the second.
+
+    float32, `--atol-fp32` 1e-4: two float32 implementations sum in different orders, which alone moves a logit by
+    a few float32 ulps of its size times the depth: measured 1.4e-6 to 4.3e-6 (fp32 logits and log-probabilities
+    of the tiny OpenNMT-py, nn.Transformer, Annotated and Marian fixtures), 1.9e-5 on the fairseq sym2math model
+    (|logit| up to 28), and ~6e-5 on a random base-size model exported to Marian, whose residual-stream
+    permutation reorders every sum. 1e-4 admits all of these and is still three orders below a conversion error.
+    Tests that measure a tighter bound pass it explicitly.
+    """
+    parser.add_argument(
+        "--atol",
+        type=float,
+        default=ATOL_FP64,
+        help=f"Largest accepted float64 logit difference to the source (default {ATOL_FP64:g}).",
+    )
+    parser.add_argument(
+        "--atol-fp32",
+        type=float,
+        default=ATOL_FP32,
+        help=f"Largest accepted float32 logit / log-probability difference to the source (default {ATOL_FP32:g}: "
+        "float32 rounding alone reaches ~6e-5 on a base-size model).",
+    )
+
+
+# -------------------------------------------------------------------------------------- the converted result
+TARGET_TOKENIZER = "target_tokenizer"
+
+
+@dataclass
+class Converted:
+    """A checkpoint converted in memory (nothing written yet): what `finish` verifies, writes and reloads."""
+
+    model: PreTrainedModel  # in eval mode: ours, or a MarianMTModel for `to-marian`
+    generation_config: GenerationConfig  # the source's own decoding
+    tokenizers: dict[str, PreTrainedTokenizerFast] = field(default_factory=dict)  # by subfolder, "" = the folder
+    settings: dict[str, Any] = field(default_factory=dict)  # the source's settings as read
+    facts: dict[str, str] = field(default_factory=dict)  # about the source, for the model card's table
+    notes: list[str] = field(default_factory=list)  # for the model card's notes
+
+
+@dataclass(frozen=True)
+class SourceCheck:
+    """Source-specific verification data: who computed the expected outputs and how ours are compared with them
+    (`compare(model, atol, atol_fp32)` returns the max-abs differences by kind, raising above a bound)."""
+
+    source: str  # e.g. "fairseq", "MarianMTModel"
+    compare: Callable[[PreTrainedModel, float, float], dict[str, float]] | None  # None: nothing to compare with
+    evidence: str = ""  # where the expected outputs come from, named in the card
+    hint: str = ""  # how to get them, printed when there are none
+
+
+def reference_check(reference: Path | None, source: str, hint: str) -> SourceCheck:
+    """The check against teacher-forced logits that the source's reference script stored (`reference_logits`);
+    without a file, a check that reports the conversion as unverified, with `hint` on how to get one."""
+    if reference is None:
+        return SourceCheck(source, None, hint=hint)
+
+    def compare(model: PreTrainedModel, atol: float, atol_fp32: float) -> dict[str, float]:
+        return reference_logits(model, reference, atol, atol_fp32, source)
+
+    return SourceCheck(source, compare, evidence=f"`{reference.name}`")
+
+
+def word_level_tokenizer(
+    symbols: Sequence[str],
+    *,
+    unk: str,
+    pad: str,
+    eos: str,
+    bos: str | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    model_max_length: int,
+) -> PreTrainedTokenizerFast:
+    """A tokenizer that keeps the source's ids: whitespace-split words (the sources' data is tokenized, or BPE'd,
+    before it reaches the model) to their index in `symbols`, unknown words to `unk`, each sentence wrapped in
+    `bos` ... `eos` as far as `add_bos` / `add_eos` ask, as the source's data pipeline does. Right padding: our
+    positions count from the first token, as the sources' do."""
+    ids = {symbol: index for index, symbol in enumerate(symbols)}
+    backend = Tokenizer(models.WordLevel(ids, unk_token=unk))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    added = [token for token, wanted in ((bos, add_bos), (eos, add_eos)) if wanted and token is not None]
+    if added:
+        template = " ".join([bos] * (bos in added) + ["$A"] + [eos] * (eos in added))
+        backend.post_processor = processors.TemplateProcessing(
+            single=template, special_tokens=[(token, ids[token]) for token in added]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        unk_token=unk,
+        padding_side="right",
+        model_max_length=model_max_length,
+        model_input_names=["input_ids", "attention_mask"],  # no token_type_ids, which generate() would refuse
+    )
+
+
+def usage_snippet(
+    output: Path,
+    example: str | None,
+    *,
+    tokenizer_note: str = "",
+    target_tokenizer: bool = False,
+    model_class: str = "AutoModelForSeq2SeqLM",
+    after: Sequence[str] = (),
+) -> str:
+    """The model card's code example: load the folder, tokenize `example` (None: the folder has no tokenizer, so
+    token ids are passed), generate, decode with the target tokenizer's subfolder when `target_tokenizer`."""
+    lines = []
+    if model_class == "AutoModelForSeq2SeqLM":
+        lines.append("import hf_vanilla_transformer  # registers the architecture with the Auto classes")
+    lines += [f"from transformers import AutoTokenizer, {model_class}", ""]
+    lines.append(f'model = {model_class}.from_pretrained("{output}")')
+    if example is None:
+        lines += ["input_ids = ...  # the source token ids of the original vocabulary", "model.generate(input_ids)"]
+        return "\n".join([*lines, *after])
+    note = f"  # {tokenizer_note}" if tokenizer_note else ""
+    lines.append(f'tokenizer = AutoTokenizer.from_pretrained("{output}"){note}')
+    decoder = "tokenizer"
+    if target_tokenizer:
+        lines.append(f'target_tokenizer = AutoTokenizer.from_pretrained("{output}", subfolder="{TARGET_TOKENIZER}")')
+        decoder = "target_tokenizer"
+    lines += [
+        f'batch = tokenizer(["{example}"], return_tensors="pt", padding=True)',
+        f"print({decoder}.batch_decode(model.generate(**batch), skip_special_tokens=True))",
+        *after,
     ]
-    if notes:
-        lines += ["", "## Notes", "", *(f"- {note}" for note in notes)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def write_folder(
-    output_dir: str | os.PathLike,
-    model: PreTrainedModel,
-    generation_config: GenerationConfig,
-    card: str,
-    tokenizers: Mapping[str, PreTrainedTokenizerFast] | None = None,
+def finish(
+    converted: Converted,
+    output: Path,
+    check: SourceCheck,
+    tolerances: tuple[float, float],
+    *,
+    title: str,
+    description: str,
+    usage: str,
+    card_config: PretrainedConfig | None = None,
+    extra_files: Callable[[Path], list[str]] | None = None,
 ) -> Path:
-    """Write a Hub-ready folder: safetensors weights, config.json, generation_config.json, README.md, and each
-    tokenizer in `tokenizers` under its relative subfolder ("" = the folder itself). Returns the folder."""
-    model.generation_config = generation_config
-    with replaced_folder(output_dir) as folder:  # written beside OUTPUT_DIR, then moved in: no half-written files
+    """The one step every format ends with: verify `converted.model` against the source's outputs (`check`, within
+    `tolerances` = (atol, atol_fp32)), write the folder atomically (weights as safetensors, config, generation
+    config, tokenizers, the files `extra_files(folder)` writes, the model card), reload it and check that it
+    reproduces the model exactly. The card's architecture table is `card_config` (default: the model's own
+    config, when it is ours). Returns the folder."""
+    model, facts = converted.model, converted.facts
+    if check.compare is None:
+        print(f"Not verified against {check.source}: {check.hint}")
+        facts["Verification"] = f"none against {check.source} ({check.hint})"
+    else:
+        diffs = check.compare(model, *tolerances)
+        measured = ", ".join(f"{diff:.1e} ({kind})" for kind, diff in diffs.items())
+        facts["Verification"] = f"max abs logit difference to {check.source}: {measured}, on {check.evidence}"
+    card_config = card_config or model.config
+    card = render_converted_card(
+        f"{output.name}: {title}",
+        description,
+        facts,
+        usage,
+        converted.notes,
+        config=card_config if isinstance(card_config, VanillaTransformerConfig) else None,
+        generation=converted.generation_config.to_diff_dict(),
+    )
+    model.generation_config = converted.generation_config
+    copied: list[str] = []
+    with replaced_folder(output) as folder:  # written beside OUTPUT_DIR, then moved in: no half-written files
         model.save_pretrained(folder)  # safetensors; transformers 5 writes no pickle
-        for subfolder, tokenizer in (tokenizers or {}).items():
+        for subfolder, tokenizer in converted.tokenizers.items():
             tokenizer.save_pretrained(folder / subfolder)
-        (folder / "README.md").write_text(card, encoding="utf-8")
-    return Path(output_dir)
+        if extra_files is not None:
+            copied = extra_files(folder)
+        card.save(folder / "README.md")
+    check_written(model, output)
+    print(f"Wrote {output}" + (f" (files copied: {', '.join(copied)})" if copied else ""))
+    return output
 
 
 __all__ = [
+    "ATOL_FP32",
+    "ATOL_FP64",
+    "TARGET_TOKENIZER",
+    "Converted",
     "KeyRule",
+    "SourceCheck",
+    "add_tolerance_arguments",
     "apply_key_map",
     "check_written",
+    "finish",
     "load_with_key_map",
-    "model_card",
+    "reference_check",
     "reference_logits",
     "safe_torch_load",
+    "sample_inputs",
     "sha256",
+    "usage_snippet",
     "verify_logits",
-    "write_folder",
+    "word_level_tokenizer",
 ]

@@ -1,45 +1,34 @@
 """What the converters of plain-PyTorch models share (nn_transformer.py, annotated.py): a state dict found in a
-checkpoint, vocabularies saved as itos lists, word-level tokenizers, the check of a stored sinusoid table, the check
-against the upstream code's logits, and the command-line tail (verify, write the folder, reload it)."""
+checkpoint, vocabularies saved as itos lists, the check of a stored sinusoid table, their common options, and the
+command-line tail (`finish_pytorch`: the shared step of `_common.finish` with the upstream code's reference logits)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 from ._common import (
+    TARGET_TOKENIZER,
+    Converted,
     KeyRule,
-    check_written,
+    add_tolerance_arguments,
+    finish,
     load_with_key_map,
-    model_card,
-    reference_logits,
-    write_folder,
+    reference_check,
+    usage_snippet,
+    word_level_tokenizer,
 )
 
 # Where training scripts commonly nest the state dict inside a checkpoint dict.
 STATE_DICT_KEYS = ("model_state_dict", "state_dict", "model")
-TARGET_TOKENIZER = "target_tokenizer"
-
-
-@dataclass
-class Converted:
-    """A checkpoint converted in memory."""
-
-    model: VanillaTransformerForConditionalGeneration  # in eval mode
-    generation_config: GenerationConfig  # the upstream code's own decoding
-    tokenizers: dict[str, PreTrainedTokenizerFast] = field(default_factory=dict)  # by subfolder, "" = source
-    facts: dict[str, str] = field(default_factory=dict)  # about the source, for the model card
 
 
 def state_dict_from(checkpoint: Any, path: Path) -> dict[str, torch.Tensor]:
@@ -105,32 +94,12 @@ def read_vocabulary(path: Path) -> list[str]:
     return symbols
 
 
-def word_level_tokenizer(symbols: list[str], ids: dict[str, int], model_max_length: int) -> PreTrainedTokenizerFast:
-    """Whitespace-split words to the vocabulary's ids (pre-tokenized input, e.g. spaCy tokens joined by spaces),
-    unknown words to unk, each sentence wrapped in bos ... eos as the upstream data pipelines do. Right padding."""
-    names = {role: symbols[index] for role, index in ids.items()}
-    backend = Tokenizer(models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token=names["unk"]))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.post_processor = processors.TemplateProcessing(
-        single=f"{names['bos']} $A {names['eos']}",
-        special_tokens=[(names["bos"], ids["bos"]), (names["eos"], ids["eos"])],
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=names["bos"],
-        eos_token=names["eos"],
-        pad_token=names["pad"],
-        unk_token=names["unk"],
-        padding_side="right",
-        model_max_length=model_max_length,
-        model_input_names=["input_ids", "attention_mask"],  # no token_type_ids, which generate() would refuse
-    )
-
-
 def tokenizers_for(
     args: argparse.Namespace, rows: tuple[int, int], ids: dict[str, int], max_length: int
 ) -> dict[str, PreTrainedTokenizerFast]:
-    """Tokenizers from --src-vocab / --tgt-vocab (none without them); each must have its embedding's size."""
+    """Tokenizers from --src-vocab / --tgt-vocab (none without them); each must have its embedding's size. Words
+    are whitespace-separated (pre-tokenized input, e.g. spaCy tokens joined by spaces), each sentence wrapped in
+    bos ... eos as the upstream data pipelines do."""
     tokenizers: dict[str, PreTrainedTokenizerFast] = {}
     for subfolder, path, size in (("", args.src_vocab, rows[0]), (TARGET_TOKENIZER, args.tgt_vocab, rows[1])):
         if path is None:
@@ -138,7 +107,10 @@ def tokenizers_for(
         symbols = read_vocabulary(path)
         if len(symbols) != size:
             raise ValueError(f"{path} has {len(symbols)} tokens but the embedding it belongs to has {size} rows.")
-        tokenizers[subfolder] = word_level_tokenizer(symbols, ids, max_length)
+        names = {role: symbols[index] for role, index in ids.items()}
+        tokenizers[subfolder] = word_level_tokenizer(
+            symbols, **names, add_bos=True, add_eos=True, model_max_length=max_length
+        )
     return tokenizers
 
 
@@ -156,7 +128,7 @@ def converted(
     rows = (config.vocab_size, config.decoder_vocab_size)
     ids = {"unk": args.unk_id, "pad": args.pad_id, "bos": args.bos_id, "eos": args.eos_id}
     tokenizers = tokenizers_for(args, rows, ids, config.max_position_embeddings)
-    return Converted(model.eval(), generation_config, tokenizers, facts)
+    return Converted(model.eval(), generation_config, tokenizers, facts=facts)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, what: str, ids: dict[str, int]) -> None:
@@ -182,60 +154,28 @@ def add_common_arguments(parser: argparse.ArgumentParser, what: str, ids: dict[s
         help="teacher_forced.safetensors from tests/conversion/fixtures/make_fixtures.py: refuse the result unless "
         "its logits match the upstream code's within --atol (float64) and --atol-fp32.",
     )
-    parser.add_argument("--atol", type=float, default=1e-5, help="Largest float64 logit difference (1e-5).")
-    parser.add_argument("--atol-fp32", type=float, default=1e-5, help="Largest fp32 logit difference (1e-5).")
+    add_tolerance_arguments(parser)
 
 
-def finish(
-    args: argparse.Namespace,
-    converted: Converted,
-    title: str,
-    source: str,
-    usage: Callable[[Path, dict[str, PreTrainedTokenizerFast]], str],
-    notes: list[str],
+def finish_pytorch(
+    args: argparse.Namespace, converted: Converted, title: str, description: str
 ) -> VanillaTransformerForConditionalGeneration:
-    """Verify against --reference when given, write the folder with its model card, check that it reloads exactly."""
-    model, facts = converted.model, converted.facts
-    if args.reference is not None:
-        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32)
-        measured = ", ".join(f"{diff:.1e} ({kind})" for kind, diff in diffs.items())
-        facts["Verification"] = f"max abs difference to the upstream code: {measured} (`{args.reference.name}`)"
-    else:
-        print("Not verified against the upstream code: pass --reference.")
-        facts["Verification"] = "none against the upstream code (no --reference given)"
-    config = model.config
-    facts["Architecture"] = (
-        f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
-        f"{config.encoder_attention_heads} heads, FFN {config.encoder_ffn_dim}, {config.activation_function}, "
-        f"{'pre' if config.normalize_before else 'post'}-LN + final LayerNorms, vocabularies "
-        f"{config.vocab_size}/{config.decoder_vocab_size}"
-    )
-    if TARGET_TOKENIZER in converted.tokenizers:
-        notes.append(f"Decode outputs with the target tokenizer in `{TARGET_TOKENIZER}/`.")
-    card = model_card(title, source, facts, usage(args.output, converted.tokenizers), notes)
-    write_folder(args.output, model, converted.generation_config, card, converted.tokenizers)
-    check_written(model, args.output)
-    print(f"Wrote {args.output}")
-    return model
-
-
-def usage_example(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:
-    """The model card's code example."""
-    lines = [
-        "import hf_vanilla_transformer  # registers the architecture with the Auto classes",
-        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
-        "",
-        f'model = AutoModelForSeq2SeqLM.from_pretrained("{output}")',
-    ]
+    """Verify against --reference when given, write the folder with its model card, check that it reloads exactly
+    (`_common.finish`)."""
+    tokenizers = converted.tokenizers
+    if TARGET_TOKENIZER in tokenizers:
+        converted.notes.append(f"Decode outputs with the target tokenizer in `{TARGET_TOKENIZER}/`.")
+    example = None
     if "" in tokenizers:
-        words = tokenizers[""].convert_ids_to_tokens(list(range(4, min(8, tokenizers[""].vocab_size))))
-        target = f'"{output}", subfolder="{TARGET_TOKENIZER}"' if TARGET_TOKENIZER in tokenizers else f'"{output}"'
-        lines += [
-            f'tokenizer = AutoTokenizer.from_pretrained("{output}")  # pre-tokenized words, space-separated',
-            f"target_tokenizer = AutoTokenizer.from_pretrained({target})",
-            f'batch = tokenizer(["{" ".join(words)}"], return_tensors="pt", padding=True)',
-            "print(target_tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
-        ]
-    else:
-        lines += ["input_ids = ...  # the source token ids of the original vocabulary", "model.generate(input_ids)"]
-    return "\n".join(lines)
+        example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(4, min(8, tokenizers[""].vocab_size)))))
+    usage = usage_snippet(
+        args.output,
+        example,
+        tokenizer_note="pre-tokenized words, space-separated",
+        target_tokenizer=TARGET_TOKENIZER in tokenizers,
+    )
+    check = reference_check(args.reference, "the upstream code", "pass --reference")
+    finish(
+        converted, args.output, check, (args.atol, args.atol_fp32), title=title, description=description, usage=usage
+    )
+    return converted.model

@@ -27,17 +27,15 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import KeyRule, safe_torch_load, sha256
+from ._common import Converted, KeyRule, safe_torch_load, sha256
 from ._pytorch_sources import (
-    Converted,
     add_common_arguments,
     check_position_table,
     converted,
-    finish,
+    finish_pytorch,
     layer_count,
     same_tensor,
     state_dict_from,
-    usage_example,
 )
 
 IDS = {"bos": 0, "eos": 1, "pad": 2, "unk": 3}  # build_vocabulary's specials: "<s>", "</s>", "<blank>", "<unk>"
@@ -181,19 +179,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
     """Convert, verify against --reference when given, write the folder and check that it reloads exactly."""
     result = load_annotated(args)
-    notes = [
+    result.notes += [
         "Inputs are the Annotated Transformer's token ids; its tokenizer is spaCy, so the tokenizer here (from "
         "--src-vocab) takes pre-tokenized, space-separated words and adds <s> ... </s> as its collate_batch.",
         "`model.generate` returns token ids; the Generator's log_softmax is `logits.log_softmax(-1)`.",
     ]
-    return finish(
+    return finish_pytorch(
         args,
         result,
-        f"{args.output.name}: Annotated Transformer in hf_vanilla_transformer",
+        "Annotated Transformer in hf_vanilla_transformer",
         "Converted with `python -m conversion annotated` from a state dict of harvardnlp's *The Annotated "
         "Transformer* (`make_model`).",
-        usage_example,
-        notes,
     )
 
 

@@ -20,32 +20,32 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import GenerationConfig, LogitsProcessor, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 from ._common import (
+    TARGET_TOKENIZER,
+    Converted,
     KeyRule,
-    check_written,
+    add_tolerance_arguments,
+    finish,
     load_with_key_map,
-    model_card,
-    reference_logits,
+    reference_check,
     safe_torch_load,
     sha256,
-    write_folder,
+    usage_snippet,
+    word_level_tokenizer,
 )
 
 # fairseq's Dictionary always starts with these four, in this order (bos 0, pad 1, eos 2, unk 3).
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 BOS, PAD, EOS, UNK = range(4)
 CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
-TARGET_TOKENIZER = "target_tokenizer"
 
 # Architectures registered for fairseq's TransformerModel (transformer_legacy.py) and its alignment variant, whose
 # weights are the same modules.
@@ -307,19 +307,9 @@ def read_dictionary(path: Path) -> list[str]:
 
 
 def build_tokenizer(symbols: list[str], model_max_length: int) -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer with fairseq's ids: whitespace-split (as fairseq's tokenize_line), unknown words to
-    <unk>, </s> appended (as encode_line). Right padding: our positions count from the first token."""
-    backend = Tokenizer(models.WordLevel({symbol: index for index, symbol in enumerate(symbols)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", EOS)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<s>",
-        pad_token="<pad>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        padding_side="right",
-        model_max_length=model_max_length,
+    """fairseq's ids: whitespace-split (as fairseq's tokenize_line), </s> appended (as encode_line)."""
+    return word_level_tokenizer(
+        symbols, unk="<unk>", pad="<pad>", eos="</s>", bos="<s>", add_eos=True, model_max_length=model_max_length
     )
 
 
@@ -368,20 +358,18 @@ def dictionary_paths(
 
 
 # ---------------------------------------------------------------------------------------------------- conversion
-@dataclass
-class Converted:
-    """A fairseq checkpoint converted in memory."""
-
-    model: VanillaTransformerForConditionalGeneration  # in eval mode
-    tokenizers: dict[str, PreTrainedTokenizerFast]  # by subfolder: "" = source, `target_tokenizer` if different
-    settings: dict[str, Any]  # fairseq's model settings, flat names
-    facts: dict[str, str]  # about the source, for the model card
-
-
 def load_fairseq(
-    checkpoint: Path, dict_dir: Path, source_lang: str | None = None, target_lang: str | None = None
+    checkpoint: Path,
+    dict_dir: Path,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    *,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    max_len_b: int = 200,
 ) -> Converted:
-    """Convert a fairseq checkpoint and its dictionaries in memory (nothing is written)."""
+    """Convert a fairseq checkpoint and its dictionaries in memory (nothing is written), with fairseq-generate's
+    decoding (`beam`, `lenpen`, `max_len_b`: `generation_config`)."""
     state = safe_torch_load(checkpoint, [argparse.Namespace])
     settings, fmt = model_settings(state, checkpoint)
     check_supported(settings)
@@ -406,12 +394,21 @@ def load_fairseq(
     tokenizers = {"": build_tokenizer(source_symbols, settings["max_source_positions"])}
     if target_symbols != source_symbols:
         tokenizers[TARGET_TOKENIZER] = build_tokenizer(target_symbols, settings["max_target_positions"])
+    generation = generation_config(config, settings["max_target_positions"], beam, lenpen, max_len_b)
     facts = {
         "Source": f"fairseq checkpoint `{checkpoint.name}` ({fmt} format), sha256 `{sha256(checkpoint)}`",
         "Dictionaries": f"`{source_path.name}` ({len(source_symbols)}), `{target_path.name}` ({len(target_symbols)})",
         "fairseq arch": str(settings.get("arch") or settings.get("_name")),
+        "Decoding defaults": f"fairseq-generate's: beam {generation.num_beams}, length penalty "
+        f"{generation.length_penalty}, at most {generation.max_new_tokens} tokens (</s> included)",
     }
-    return Converted(model.eval(), tokenizers, settings, facts)
+    notes = [
+        "Token ids are the fairseq dictionary indices; inputs are whitespace-separated tokens (BPE'd as for fairseq).",
+        "Pad on the right (the tokenizer does): positions count from the first token, as fairseq's do.",
+    ]
+    if TARGET_TOKENIZER in tokenizers:
+        notes.append(f"Source and target dictionaries differ: decode outputs with `{TARGET_TOKENIZER}/`.")
+    return Converted(model.eval(), generation, tokenizers, settings, facts, notes)
 
 
 def generation_config(
@@ -461,22 +458,6 @@ class FairseqEOSAtMaxLength(LogitsProcessor):
         return limited
 
 
-def usage(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:
-    """The model card's code example, with a source sentence made of real dictionary entries."""
-    example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(len(SPECIAL_SYMBOLS), 8))))
-    target = f'"{output}", subfolder="{TARGET_TOKENIZER}"' if TARGET_TOKENIZER in tokenizers else f'"{output}"'
-    return f"""
-import hf_vanilla_transformer  # registers the architecture with the Auto classes
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-model = AutoModelForSeq2SeqLM.from_pretrained("{output}")
-tokenizer = AutoTokenizer.from_pretrained("{output}")  # source side: pre-tokenized / BPE'd text, as for fairseq
-target_tokenizer = AutoTokenizer.from_pretrained({target})
-batch = tokenizer(["{example}"], return_tensors="pt", padding=True)
-print(target_tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-"""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`python -m conversion fairseq SOURCE OUTPUT_DIR`."""
     parser.add_argument(
@@ -499,15 +480,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="teacher_forced.safetensors from conversion/reference/make_fairseq_reference.py: refuse the result "
         "unless its logits match fairseq's within --atol.",
     )
-    parser.add_argument(
-        "--atol", type=float, default=1e-5, help="Largest accepted float64 logit difference (default 1e-5)."
-    )
-    parser.add_argument(
-        "--atol-fp32",
-        type=float,
-        default=5e-5,
-        help="Largest accepted fp32 logit difference (default 5e-5: fp32 rounding alone gives ~2e-5 at |logit| ~ 30).",
-    )
+    add_tolerance_arguments(parser)
     parser.add_argument("--beam", type=int, default=5, help="Default beam size (fairseq-generate: 5).")
     parser.add_argument("--lenpen", type=float, default=1.0, help="Default length penalty (fairseq-generate: 1).")
     parser.add_argument("--max-len-b", type=int, default=200, help="Most tokens before </s> (fairseq-generate: 200).")
@@ -516,49 +489,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
     """Convert, verify against `--reference` when given, write the folder and check that it reloads exactly."""
     checkpoint, dict_dir = locate(args.source, args.checkpoint, args.dict_dir)
-    converted = load_fairseq(checkpoint, dict_dir, args.source_lang, args.target_lang)
-    model, tokenizers, facts = converted.model, converted.tokenizers, converted.facts
-    if args.reference is not None:
-        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32, "fairseq")
-        measured = ", ".join(f"{diff:.1e} in {dtype}" for dtype, diff in diffs.items())
-        facts["Verification"] = f"max abs logit difference to fairseq: {measured} (`{args.reference.name}`)"
-    else:
-        print("Not verified against fairseq: pass --reference (see conversion/reference/make_fairseq_reference.py).")
-        facts["Verification"] = "none against fairseq (no --reference given)"
-    config = model.config
-    generation = generation_config(
-        config, converted.settings["max_target_positions"], args.beam, args.lenpen, args.max_len_b
+    converted = load_fairseq(
+        checkpoint,
+        dict_dir,
+        args.source_lang,
+        args.target_lang,
+        beam=args.beam,
+        lenpen=args.lenpen,
+        max_len_b=args.max_len_b,
     )
-    facts["Decoding defaults"] = (
-        f"fairseq-generate's: beam {generation.num_beams}, length penalty {generation.length_penalty}, at most "
-        f"{generation.max_new_tokens} tokens (</s> included)"
+    tokenizers = converted.tokenizers
+    example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(len(SPECIAL_SYMBOLS), 8))))
+    usage = usage_snippet(
+        args.output,
+        example,
+        tokenizer_note="source side: pre-tokenized / BPE'd text, as for fairseq",
+        target_tokenizer=TARGET_TOKENIZER in tokenizers,
     )
-    facts["Architecture"] = (
-        f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
-        f"{config.encoder_attention_heads} heads, FFN {config.encoder_ffn_dim}, {config.activation_function}, "
-        f"{'pre' if config.normalize_before else 'post'}-LN, {config.position_embedding_type} positions"
+    check = reference_check(
+        args.reference, "fairseq", "pass --reference (see conversion/reference/make_fairseq_reference.py)"
     )
-    notes = [
-        "Token ids are the fairseq dictionary indices; inputs are whitespace-separated tokens (BPE'd as for fairseq).",
-        "Pad on the right (the tokenizer does): positions count from the first token, as fairseq's do.",
-    ]
-    if TARGET_TOKENIZER in tokenizers:
-        notes.append(f"Source and target dictionaries differ: decode outputs with `{TARGET_TOKENIZER}/`.")
-    card = model_card(
-        f"{args.output.name}: fairseq transformer in hf_vanilla_transformer",
-        "Converted with `python -m conversion fairseq` from a fairseq `transformer` checkpoint.",
-        facts,
-        usage(args.output, tokenizers),
-        notes,
+    finish(
+        converted,
+        args.output,
+        check,
+        (args.atol, args.atol_fp32),
+        title="fairseq transformer in hf_vanilla_transformer",
+        description="Converted with `python -m conversion fairseq` from a fairseq `transformer` checkpoint.",
+        usage=usage,
     )
-    write_folder(args.output, model, generation, card, tokenizers)
-    check_written(model, args.output)
-    print(f"Wrote {args.output}")
-    return model
+    return converted.model
 
 
 __all__ = [
-    "Converted",
     "FairseqEOSAtMaxLength",
     "add_arguments",
     "convert",

@@ -34,7 +34,18 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConf
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels, sinusoid_table
 
-from ._common import KeyRule, apply_key_map, load_with_key_map, model_card, verify_logits, write_folder
+from ._common import (
+    Converted,
+    KeyRule,
+    SourceCheck,
+    add_tolerance_arguments,
+    apply_key_map,
+    finish,
+    load_with_key_map,
+    sample_inputs,
+    usage_snippet,
+    verify_logits,
+)
 
 # The module names are Marian's by design, so most weights keep their name and shape in both directions.
 _LAYER = r"model\.(?:encoder|decoder)\.layers\.\d+\."
@@ -149,28 +160,6 @@ def remap_ids(value: object, new_id: torch.Tensor) -> object:
     return value
 
 
-def sample_inputs(config: VanillaTransformerConfig | MarianConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Three right-padded source rows and decoder inputs behind the start token, avoiding <pad> elsewhere."""
-    generator = torch.Generator().manual_seed(seed)
-    pad = config.pad_token_id
-
-    def tokens(vocab_size: int, shape: tuple[int, int]) -> torch.Tensor:
-        ids = torch.randint(0, vocab_size - 1, shape, generator=generator)
-        return ids + (ids >= pad).long()  # skip <pad>
-
-    input_ids = tokens(config.vocab_size, (3, 9))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 6:] = 0
-    attention_mask[2, 3:] = 0
-    decoder_input_ids = tokens(config.decoder_vocab_size, (3, 7))
-    decoder_input_ids[:, 0] = config.decoder_start_token_id
-    return {
-        "input_ids": input_ids.masked_fill(attention_mask == 0, pad),
-        "attention_mask": attention_mask,
-        "decoder_input_ids": decoder_input_ids,
-    }
-
-
 @torch.no_grad()
 def compare(
     reference: PreTrainedModel,
@@ -255,67 +244,43 @@ def copy_tokenizer(source: Path, output: Path) -> list[str]:
     return copied
 
 
-def architecture(config: VanillaTransformerConfig | MarianConfig) -> str:
-    return (
-        f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
-        f"{config.encoder_attention_heads} heads, FFN {config.encoder_ffn_dim}, {config.activation_function}, "
-        f"vocabulary {config.vocab_size}"
-    )
-
-
-def add_tolerances(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--atol", type=float, default=1e-5, help="Largest accepted float64 logit difference (default 1e-5)."
-    )
-    parser.add_argument(
-        "--atol-fp32",
-        type=float,
-        default=1e-4,
-        help="Largest accepted float32 logit difference (default 1e-4: rounding alone, the export's permutation "
-        "reorders every sum).",
-    )
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`python -m conversion marian SOURCE OUTPUT_DIR`: a MarianMTModel / OPUS-MT folder -> ours."""
     parser.add_argument(
         "source", type=Path, help="A MarianMTModel / OPUS-MT folder (config.json, weights, tokenizer)."
     )
     parser.add_argument("output", type=Path, help="The folder to write the converted model to.")
-    add_tolerances(parser)
+    add_tolerance_arguments(parser)
 
 
 def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
     """Import a Marian folder, verify it against MarianMTModel, write our folder and check that it reloads."""
     marian = load_marian(args.source)
     model = marian_to_vanilla(marian)
-    diffs = compare(marian, model, args.atol, args.atol_fp32, "MarianMTModel vs ours")
-    facts = {
-        "Source": f"MarianMTModel folder `{args.source}`",
-        "Architecture": architecture(model.config) + ", post-LN, Marian's [sin | cos] sinusoids, output bias",
-        "Verification": f"max abs logit difference to MarianMTModel: {diffs['fp64']:.1e} in float64, "
-        f"{diffs['fp32']:.1e} in float32",
-    }
-    notes = [
-        "Token ids, special tokens and the generation config are Marian's (<pad> starts the decoder).",
-        "The tokenizer files are copied as they are; a MarianTokenizer needs `pip install sentencepiece`.",
-    ]
-    usage = f"""
-import hf_vanilla_transformer  # registers the architecture with the Auto classes
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-model = AutoModelForSeq2SeqLM.from_pretrained("{args.output}")
-tokenizer = AutoTokenizer.from_pretrained("{args.output}")
-batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-"""
-    card = model_card(f"{args.output.name}: Marian in hf_vanilla_transformer", facts["Source"], facts, usage, notes)
-    generation = GenerationConfig.from_dict(marian.generation_config.to_dict())
-    write_folder(args.output, model, generation, card)
-    copied = copy_tokenizer(args.source, args.output)
-    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(args.output)
-    compare(model, reloaded, 0.0, 0.0, f"{args.output} vs converted model")
-    print(f"Wrote {args.output} (tokenizer files: {', '.join(copied) or 'none'})")
+    converted = Converted(
+        model,
+        GenerationConfig.from_dict(marian.generation_config.to_dict()),
+        facts={"Source": f"MarianMTModel folder `{args.source}`"},
+        notes=[
+            "Token ids, special tokens and the generation config are Marian's (<pad> starts the decoder).",
+            "The tokenizer files are copied as they are; a MarianTokenizer needs `pip install sentencepiece`.",
+        ],
+    )
+    check = SourceCheck(
+        "MarianMTModel",
+        lambda ours, atol, atol_fp32: compare(marian, ours, atol, atol_fp32, "MarianMTModel vs ours"),
+        evidence="sample inputs (three right-padded rows)",
+    )
+    finish(
+        converted,
+        args.output,
+        check,
+        (args.atol, args.atol_fp32),
+        title="Marian in hf_vanilla_transformer",
+        description=f"Converted with `python -m conversion marian` from the MarianMTModel folder `{args.source}`.",
+        usage=usage_snippet(args.output, "A sentence to translate."),
+        extra_files=lambda folder: copy_tokenizer(args.source, folder),
+    )
     return model
 
 
@@ -434,7 +399,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     """`python -m conversion to-marian SOURCE OUTPUT_DIR`: ours -> a MarianMTModel folder (CTranslate2, ONNX)."""
     parser.add_argument("source", type=Path, help="A folder of our model (config.json, weights, tokenizer).")
     parser.add_argument("output", type=Path, help="The folder to write the MarianMTModel to.")
-    add_tolerances(parser)
+    add_tolerance_arguments(parser)
     parser.add_argument(
         "--keep-token-ids",
         action="store_true",
@@ -464,37 +429,36 @@ def export(args: argparse.Namespace) -> MarianMTModel:
             f"{args.source} has no tokenizer whose ids could follow <pad> to the last id; pass --keep-token-ids."
         )
     marian, new_id = vanilla_to_marian(model, move_pad_last=moves)
-    diffs = compare(model, marian, args.atol, args.atol_fp32, "ours vs MarianMTModel", new_id)
     facts = {
         "Source": f"hf_vanilla_transformer folder `{args.source}`",
-        "Architecture": architecture(model.config),
         "Positions": "interleaved sinusoids (§3.5), exported through the residual-stream permutation"
         if model.config.sinusoidal_layout == "interleaved"
         else "[sin | cos] sinusoids, as Marian's",
         "Token ids": f"<pad> moved from {pad} to {vocab_size - 1} (ids above {pad} shifted down by one)"
         if moves
         else "unchanged",
-        "Verification": f"max abs logit difference to the source model: {diffs['fp64']:.1e} in float64, "
-        f"{diffs['fp32']:.1e} in float32",
     }
-    usage = f"""
-from transformers import AutoTokenizer, MarianMTModel
-
-model = MarianMTModel.from_pretrained("{args.output}")
-tokenizer = AutoTokenizer.from_pretrained("{args.output}")
-batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-# CTranslate2: ct2-transformers-converter --model {args.output} --output_dir {args.output.name}-ct2
-"""
     notes = ["CTranslate2 starts the decoder from a zero vector and never generates <pad>."]
     if any(getattr(model.generation_config, name, None) for name in VANILLA_ONLY_GENERATION):
         notes.append("The paper's GNMT length penalty / source-length limit are not Marian settings; not exported.")
-    card = model_card(f"{args.output.name}: exported to MarianMTModel", facts["Source"], facts, usage, notes)
-    write_folder(args.output, marian, marian.generation_config, card)
-    names = write_tokenizer(args.source, args.output, new_id)
-    reloaded = MarianMTModel.from_pretrained(args.output, dtype=torch.float32)
-    compare(marian, reloaded, 0.0, 0.0, f"{args.output} vs exported model")
-    print(f"Wrote {args.output} (tokenizer files: {', '.join(names) or 'none'})")
+    check = SourceCheck(
+        "the source model",
+        lambda exported, atol, atol_fp32: compare(model, exported, atol, atol_fp32, "ours vs MarianMTModel", new_id),
+        evidence="sample inputs (three right-padded rows)",
+    )
+    ct2 = f"# CTranslate2: ct2-transformers-converter --model {args.output} --output_dir {args.output.name}-ct2"
+    finish(
+        Converted(marian, marian.generation_config, facts=facts, notes=notes),
+        args.output,
+        check,
+        (args.atol, args.atol_fp32),
+        title="exported to MarianMTModel",
+        description=f"Exported with `python -m conversion to-marian` from the hf_vanilla_transformer folder "
+        f"`{args.source}`; the architecture table is the source model's, which the export computes exactly.",
+        usage=usage_snippet(args.output, "A sentence to translate.", model_class="MarianMTModel", after=[ct2]),
+        card_config=model.config,
+        extra_files=lambda folder: write_tokenizer(args.source, folder, new_id),
+    )
     return marian
 
 

@@ -26,17 +26,15 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import KeyRule, safe_torch_load, sha256
+from ._common import Converted, KeyRule, safe_torch_load, sha256
 from ._pytorch_sources import (
-    Converted,
     add_common_arguments,
     check_position_table,
     converted,
-    finish,
+    finish_pytorch,
     layer_count,
     same_tensor,
     state_dict_from,
-    usage_example,
 )
 
 IDS = {"unk": 0, "pad": 1, "bos": 2, "eos": 3}  # the tutorial's special_symbols
@@ -180,20 +178,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
     """Convert, verify against --reference when given, write the folder and check that it reloads exactly."""
     result = load_nn_transformer(args)
-    notes = [
+    result.notes += [
         "Inputs are the tutorial's token ids; its tokenizer is spaCy, so the tokenizer here (from --src-vocab) "
         "takes pre-tokenized, space-separated words and adds <bos> ... <eos> as the tutorial's text_transform.",
         "Greedy decoding as the tutorial's translate(); at its length limit the tutorial emits one more word where "
         "this model ends with <eos>.",
     ]
-    return finish(
+    return finish_pytorch(
         args,
         result,
-        f"{args.output.name}: nn.Transformer tutorial model in hf_vanilla_transformer",
+        "nn.Transformer tutorial model in hf_vanilla_transformer",
         "Converted with `python -m conversion nn-transformer` from a state dict of the `Seq2SeqTransformer` of "
         "PyTorch's tutorial *Language Translation with nn.Transformer and torchtext*.",
-        usage_example,
-        notes,
     )
 
 

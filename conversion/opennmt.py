@@ -25,31 +25,31 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 from ._common import (
+    TARGET_TOKENIZER,
+    Converted,
     KeyRule,
-    check_written,
+    add_tolerance_arguments,
+    finish,
     load_with_key_map,
-    model_card,
-    reference_logits,
+    reference_check,
     safe_torch_load,
     sha256,
-    write_folder,
+    usage_snippet,
+    word_level_tokenizer,
 )
 
 PAD, BOS, EOS, UNK = "<blank>", "<s>", "</s>", "<unk>"  # OpenNMT-py's DefaultTokens
 CHECKPOINT_NAMES = ("model.pt",)
-TARGET_TOKENIZER = "target_tokenizer"
 PE_MAX_LEN = 5000  # OpenNMT-py's PositionalEncoding table; longer inputs raise SequenceTooLongError there
 # OpenNMT-py position_encoding_type -> our sinusoidal_layout (position_offset 0 for both).
 LAYOUTS = {"SinusoidalInterleaved": "interleaved", "SinusoidalConcat": "fairseq"}
@@ -344,19 +344,10 @@ def vanilla_config(
 
 
 def build_tokenizer(tokens: list[str]) -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer with OpenNMT-py's ids: whitespace-split (OpenNMT-py splits the transformed line on
-    spaces), unknown tokens to <unk>, nothing appended (OpenNMT-py adds neither <s> nor </s> to a source)."""
-    backend = Tokenizer(models.WordLevel({token: index for index, token in enumerate(tokens)}, unk_token=UNK))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=BOS if BOS in tokens else None,
-        pad_token=PAD,
-        eos_token=EOS,
-        unk_token=UNK,
-        padding_side="right",
-        model_max_length=PE_MAX_LEN,
-    )
+    """OpenNMT-py's ids: whitespace-split (OpenNMT-py splits the transformed line on spaces), nothing appended
+    (OpenNMT-py adds neither <s> nor </s> to a source)."""
+    bos = BOS if BOS in tokens else None
+    return word_level_tokenizer(tokens, unk=UNK, pad=PAD, eos=EOS, bos=bos, model_max_length=PE_MAX_LEN)
 
 
 def locate(source: Path, checkpoint: str | None = None) -> Path:
@@ -380,18 +371,9 @@ def locate(source: Path, checkpoint: str | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------- conversion
-@dataclass
-class Converted:
-    """An OpenNMT-py checkpoint converted in memory."""
-
-    model: VanillaTransformerForConditionalGeneration  # in eval mode
-    tokenizers: dict[str, PreTrainedTokenizerFast]  # by subfolder: "" = source, `target_tokenizer` if different
-    settings: dict[str, Any]  # OpenNMT-py's model options, defaults filled
-    facts: dict[str, str]  # about the source, for the model card
-
-
-def load_opennmt(checkpoint: Path) -> Converted:
-    """Convert an OpenNMT-py checkpoint in memory (nothing is written)."""
+def load_opennmt(checkpoint: Path, *, beam: int = 5, max_length: int = 250) -> Converted:
+    """Convert an OpenNMT-py checkpoint in memory (nothing is written), with onmt_translate's decoding (`beam`,
+    `max_length`: `generation_config`)."""
     state = safe_torch_load(checkpoint, [argparse.Namespace])
     settings = model_settings(state, checkpoint)
     vocab = state["vocab"]
@@ -420,7 +402,21 @@ def load_opennmt(checkpoint: Path) -> Converted:
         + (" (one shared vocabulary)" if target == source else ""),
         "OpenNMT-py options": ", ".join(f"{name}={settings[name]}" for name in OPTIONS_SHOWN),
     }
-    return Converted(model.eval(), tokenizers, settings, facts)
+    generation = generation_config(config, beam, max_length)
+    facts["Decoding defaults"] = (
+        f"onmt_translate's: beam {generation.num_beams}, no length penalty, at most {generation.max_new_tokens} tokens"
+    )
+    notes = [
+        "Token ids are OpenNMT-py's vocabulary indices; inputs are space-separated tokens after the checkpoint's "
+        f"transforms ({', '.join(settings.get('transforms') or []) or 'none recorded'}), which are not included.",
+        "onmt_translate also stops at 1.25 x the (padded) source length + 5 tokens (-max_length_ratio); "
+        "max_new_tokens here is its fixed -max_length only.",
+    ]
+    if not settings["add_qkvbias"] or not settings["add_ffnbias"]:
+        notes.append("Projections without a bias in OpenNMT-py have a zero bias here (the same function).")
+    if TARGET_TOKENIZER in tokenizers:
+        notes.append(f"Source and target vocabularies differ: decode outputs with `{TARGET_TOKENIZER}/`.")
+    return Converted(model.eval(), generation, tokenizers, settings, facts, notes)
 
 
 def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_length: int = 250) -> GenerationConfig:
@@ -442,24 +438,6 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
     )
 
 
-def usage(output: Path, tokenizers: dict[str, PreTrainedTokenizerFast]) -> str:
-    """The model card's code example, with a source sentence made of real vocabulary entries."""
-    tokenizer = tokenizers[""]
-    words = [token for token in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if "<" not in token]
-    example = " ".join(words[:6])
-    target = f'"{output}", subfolder="{TARGET_TOKENIZER}"' if TARGET_TOKENIZER in tokenizers else f'"{output}"'
-    return f"""
-import hf_vanilla_transformer  # registers the architecture with the Auto classes
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-model = AutoModelForSeq2SeqLM.from_pretrained("{output}")
-tokenizer = AutoTokenizer.from_pretrained("{output}")  # source side: text as OpenNMT-py's transforms left it
-target_tokenizer = AutoTokenizer.from_pretrained({target})
-batch = tokenizer(["{example}"], return_tensors="pt", padding=True)
-print(target_tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-"""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`python -m conversion opennmt SOURCE OUTPUT_DIR`."""
     parser.add_argument("source", type=Path, help="An OpenNMT-py 3.x checkpoint (.pt), or a folder holding one.")
@@ -473,69 +451,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="teacher_forced.safetensors from conversion/reference/make_opennmt_reference.py: refuse the result "
         "unless its logits match OpenNMT-py's within --atol.",
     )
-    parser.add_argument(
-        "--atol", type=float, default=1e-5, help="Largest accepted float64 logit difference (default 1e-5)."
-    )
-    parser.add_argument(
-        "--atol-fp32",
-        type=float,
-        default=5e-5,
-        help="Largest accepted fp32 logit / log-prob difference (default 5e-5: fp32 rounding alone gives ~2e-5 at "
-        "|logit| ~ 30).",
-    )
+    add_tolerance_arguments(parser)
     parser.add_argument("--beam", type=int, default=5, help="Default beam size (onmt_translate: 5).")
     parser.add_argument("--max-length", type=int, default=250, help="Most generated tokens (onmt_translate: 250).")
 
 
 def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
     """Convert, verify against `--reference` when given, write the folder and check that it reloads exactly."""
-    checkpoint = locate(args.source, args.checkpoint)
-    converted = load_opennmt(checkpoint)
-    model, tokenizers, settings, facts = converted.model, converted.tokenizers, converted.settings, converted.facts
-    if args.reference is not None:
-        diffs = reference_logits(model, args.reference, args.atol, args.atol_fp32, "OpenNMT-py")
-        measured = ", ".join(f"{diff:.1e} in {name}" for name, diff in diffs.items())
-        facts["Verification"] = f"max abs difference to OpenNMT-py: {measured} (`{args.reference.name}`)"
-    else:
-        print(
-            "Not verified against OpenNMT-py: pass --reference (see conversion/reference/make_opennmt_reference.py)."
-        )
-        facts["Verification"] = "none against OpenNMT-py (no --reference given)"
-    config = model.config
-    generation = generation_config(config, args.beam, args.max_length)
-    facts["Decoding defaults"] = (
-        f"onmt_translate's: beam {generation.num_beams}, no length penalty, at most {generation.max_new_tokens} tokens"
+    converted = load_opennmt(locate(args.source, args.checkpoint), beam=args.beam, max_length=args.max_length)
+    tokenizer = converted.tokenizers[""]
+    words = [token for token in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if "<" not in token]
+    usage = usage_snippet(
+        args.output,
+        " ".join(words[:6]),
+        tokenizer_note="source side: text as OpenNMT-py's transforms left it",
+        target_tokenizer=TARGET_TOKENIZER in converted.tokenizers,
     )
-    facts["Architecture"] = (
-        f"{config.encoder_layers}+{config.decoder_layers} layers, d_model {config.d_model}, "
-        f"{config.encoder_attention_heads} heads, FFN {config.encoder_ffn_dim}, {config.activation_function}, "
-        f"pre-LN with final LayerNorms (eps {config.layer_norm_eps:g}), {config.sinusoidal_layout} sinusoids"
+    check = reference_check(
+        args.reference, "OpenNMT-py", "pass --reference (see conversion/reference/make_opennmt_reference.py)"
     )
-    notes = [
-        "Token ids are OpenNMT-py's vocabulary indices; inputs are space-separated tokens after the checkpoint's "
-        f"transforms ({', '.join(settings.get('transforms') or []) or 'none recorded'}), which are not included.",
-        "onmt_translate also stops at 1.25 x the (padded) source length + 5 tokens (-max_length_ratio); "
-        "max_new_tokens here is its fixed -max_length only.",
-    ]
-    if not settings["add_qkvbias"] or not settings["add_ffnbias"]:
-        notes.append("Projections without a bias in OpenNMT-py have a zero bias here (the same function).")
-    if TARGET_TOKENIZER in tokenizers:
-        notes.append(f"Source and target vocabularies differ: decode outputs with `{TARGET_TOKENIZER}/`.")
-    card = model_card(
-        f"{args.output.name}: OpenNMT-py transformer in hf_vanilla_transformer",
-        "Converted with `python -m conversion opennmt` from an OpenNMT-py (MIT) transformer checkpoint.",
-        facts,
-        usage(args.output, tokenizers),
-        notes,
+    finish(
+        converted,
+        args.output,
+        check,
+        (args.atol, args.atol_fp32),
+        title="OpenNMT-py transformer in hf_vanilla_transformer",
+        description="Converted with `python -m conversion opennmt` from an OpenNMT-py (MIT) transformer checkpoint.",
+        usage=usage,
     )
-    write_folder(args.output, model, generation, card, tokenizers)
-    check_written(model, args.output)
-    print(f"Wrote {args.output}")
-    return model
+    return converted.model
 
 
 __all__ = [
-    "Converted",
     "add_arguments",
     "convert",
     "generation_config",

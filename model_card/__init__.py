@@ -1,6 +1,21 @@
 """Hub model card for hf_vanilla_transformer models: a template filled from config.json, generation_config.json and
-evaluation results, and an upload of the finished folder (`push_folder_to_hub`)."""
+evaluation results, the card of a converted checkpoint (`render_converted_card`), and an upload of the finished
+folder (`push_folder_to_hub`)."""
 
-from .generate import HUB_FILES, hub_files, push_folder_to_hub, render_model_card, write_model_card
+from .generate import (
+    HUB_FILES,
+    hub_files,
+    push_folder_to_hub,
+    render_converted_card,
+    render_model_card,
+    write_model_card,
+)
 
-__all__ = ["HUB_FILES", "hub_files", "push_folder_to_hub", "render_model_card", "write_model_card"]
+__all__ = [
+    "HUB_FILES",
+    "hub_files",
+    "push_folder_to_hub",
+    "render_converted_card",
+    "render_model_card",
+    "write_model_card",
+]

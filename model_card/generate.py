@@ -1,4 +1,5 @@
-"""Write a Hub model card (README.md) for a saved model folder from its real files, and upload the folder.
+"""Write a Hub model card (README.md) for a saved model folder from its real files, and upload the folder; the card
+of a converted checkpoint (`render_converted_card`, used by `python -m conversion`) comes from here too.
 
 Every number in the card comes from an input: the architecture table and parameter count from config.json (or the
 config passed), the decoding table from generation_config.json, the scores from the results dict / JSON written by
@@ -22,7 +23,9 @@ from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerF
 from hf_vanilla_transformer.attention import PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
+CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
 TAGS = ["vanilla-transformer", "attention-is-all-you-need"]
+CONVERTED_TAGS = ["vanilla-transformer", "converted"]
 # A sentence of the paper's abstract, for the usage examples.
 EXAMPLE_TEXT = "The Transformer is based solely on attention mechanisms."
 
@@ -223,11 +226,9 @@ def render_model_card(
         key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
     )
     attention_images = [(titles.get(path.name, path.stem), f"attention/{path.name}") for path in images]
-    # Own environment for the `cell` filter (a "|" would split a Markdown table cell) and block whitespace rules.
-    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    environment.filters["cell"] = lambda value: str(value).replace("|", "\\|")
-    content = environment.from_string(TEMPLATE.read_text(encoding="utf-8")).render(
-        card_data=card_data.to_yaml(),
+    return _render(
+        TEMPLATE,
+        card_data,
         model_name=model_name,
         language_pair=language_pair,
         architecture=architecture_rows(config),
@@ -240,7 +241,47 @@ def render_model_card(
         command=command,
         extra=extra,
     )
+
+
+def _render(template: Path, card_data: ModelCardData, **values: Any) -> ModelCard:
+    """`template` rendered with the YAML metadata of `card_data` and `values`."""
+    # Own environment for the `cell` filter (a "|" would split a Markdown table cell) and block whitespace rules.
+    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    environment.filters["cell"] = lambda value: str(value).replace("|", "\\|")
+    content = environment.from_string(template.read_text(encoding="utf-8")).render(
+        card_data=card_data.to_yaml(), **values
+    )
     return ModelCard(content)
+
+
+def render_converted_card(
+    title: str,
+    description: str,
+    facts: Mapping[str, str],
+    usage: str,
+    notes: Sequence[str] = (),
+    *,
+    config: VanillaTransformerConfig | None = None,
+    generation: Mapping[str, Any] | None = None,
+) -> ModelCard:
+    """The card of a checkpoint converted from another implementation: what it is (`title`, `description`), where
+    it comes from and how it was verified (`facts`, a two-column table), the architecture table of `config` (ours;
+    None for a model of another class) and the decoding table of `generation` (generation_config.json's values),
+    the `usage` code and the `notes`."""
+    card_data = ModelCardData(
+        library_name="transformers", pipeline_tag="translation", tags=list(CONVERTED_TAGS), model_name=title
+    )
+    return _render(
+        CONVERTED_TEMPLATE,
+        card_data,
+        title=title,
+        description=description,
+        facts=list(facts.items()),
+        architecture=architecture_rows(config) if config is not None else None,
+        decoding=decoding_rows(generation)[0] if generation is not None else None,
+        usage=usage.strip(),
+        notes=list(notes),
+    )
 
 
 def write_model_card(
@@ -343,6 +384,7 @@ __all__ = [
     "decoding_rows",
     "hub_files",
     "push_folder_to_hub",
+    "render_converted_card",
     "render_model_card",
     "write_model_card",
 ]

@@ -20,7 +20,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import hf_vanilla_transformer
 from conversion import opennmt
 from conversion.__main__ import main
-from conversion._common import safe_torch_load
+from conversion._common import Converted, reference_logits, safe_torch_load
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def one_thread():
 
 
 @functools.cache
-def converted(name: str) -> opennmt.Converted:
+def converted(name: str) -> Converted:
     return opennmt.load_opennmt(REFERENCE / name / "model.pt")
 
 
@@ -71,9 +71,7 @@ def translate(model, tokenizer, sources: list[str], limits: list[int], beams: in
 @pytest.mark.parametrize("name", VARIANTS)
 def test_teacher_forced_logits_match_opennmt(name: str) -> None:
     """float64: the conversion itself; fp32 logits and log-probabilities: both implementations' rounding."""
-    diffs = opennmt.reference_logits(
-        converted(name).model, REFERENCE / name / "teacher_forced.safetensors", 1e-5, 1e-5
-    )
+    diffs = reference_logits(converted(name).model, REFERENCE / name / "teacher_forced.safetensors", 1e-5, 1e-5)
     assert set(diffs) == {"fp64", "fp32", "log_probs"}
     assert all(diff < 1e-5 for diff in diffs.values()), diffs
 
@@ -227,7 +225,7 @@ def test_stored_position_tables_are_checked_and_dropped(tmp_path: Path) -> None:
     table = {f"{stack}.embeddings.make_embedding.pe.pe": onmt_table(5000, 32) for stack in ("encoder", "decoder")}
     full = opennmt.load_opennmt(tiny_checkpoint(tmp_path, weights=lambda w: {**w, **table}))
     reference = REFERENCE / SEPARATE / "teacher_forced.safetensors"
-    assert opennmt.reference_logits(full.model, reference, 1e-5, 1e-5)["fp64"] < 1e-5
+    assert reference_logits(full.model, reference, 1e-5, 1e-5)["fp64"] < 1e-5
     concat = {"decoder.embeddings.make_embedding.pe.pe": sinusoid_table(5000, 32, "concat").unsqueeze(1)}
     with pytest.raises(ValueError, match="SinusoidalInterleaved table"):
         opennmt.load_opennmt(tiny_checkpoint(tmp_path, weights=lambda w: {**w, **concat}))
