@@ -33,8 +33,9 @@ from typing import Any
 import torch
 import transformers
 from torch import nn
-from transformers import GenerationConfig, MarianConfig, MarianMTModel
+from transformers import GenerationConfig, MarianMTModel
 
+from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training import resolve_bf16
 
@@ -84,33 +85,10 @@ def build_ours(size: dict[str, int]) -> VanillaTransformerForConditionalGenerati
 
 
 def build_marian(size: dict[str, int]) -> MarianMTModel:
-    """`MarianMTModel` as the paper's model: ReLU, embeddings x √d_model, one matrix for both embeddings and the
-    output projection, dropout 0.1, no attention/ReLU dropout, the same special ids, no forced EOS."""
-    config = MarianConfig(
-        vocab_size=size["vocab_size"],
-        decoder_vocab_size=size["vocab_size"],
-        d_model=size["d_model"],
-        encoder_layers=size["layers"],
-        decoder_layers=size["layers"],
-        encoder_attention_heads=size["heads"],
-        decoder_attention_heads=size["heads"],
-        encoder_ffn_dim=size["ffn"],
-        decoder_ffn_dim=size["ffn"],
-        activation_function="relu",
-        dropout=0.1,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        max_position_embeddings=512,
-        bos_token_id=BOS,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        decoder_start_token_id=PAD,
-        forced_eos_token_id=None,
-    )
-    return MarianMTModel(config)
+    """`MarianMTModel` computing what `build_ours` computes (ReLU, embeddings x √d_model, one matrix for both
+    embeddings and the output projection, dropout 0.1, no attention/ReLU dropout, the same special ids, no forced
+    EOS), with the same weights: our model through the Marian exporter (conversion/marian.py), token ids kept."""
+    return vanilla_to_marian(build_ours(size), move_pad_last=False)[0]
 
 
 def prepare(model: nn.Module) -> nn.Module:
@@ -124,21 +102,10 @@ def prepare(model: nn.Module) -> nn.Module:
 
 
 def build_models(size: dict[str, int], seed: int = 0) -> dict[str, nn.Module]:
-    """Both models with the same weights: ours initialised from `seed`, its state dict copied into Marian."""
+    """Both models with the same weights: ours initialised from `seed`, exported to Marian."""
     torch.manual_seed(seed)
     ours = build_ours(size)
-    marian = build_marian(size)
-    ours_state = ours.state_dict()
-    marian_state = marian.state_dict()
-    # Same key names for every weight (both follow fairseq's names); Marian's extra entries are its position tables
-    # and the zero `final_logits_bias`.
-    extra = set(marian_state) - set(ours_state)
-    unexpected = [k for k in extra if k != "final_logits_bias" and "embed_positions" not in k]
-    if set(ours_state) - set(marian_state) or unexpected:
-        raise RuntimeError(f"State dicts do not map: {sorted(set(ours_state) ^ set(marian_state))}")
-    with torch.no_grad():
-        for key, value in ours_state.items():
-            marian_state[key].copy_(value)
+    marian, _ = vanilla_to_marian(ours, move_pad_last=False)
     return {"ours": prepare(ours).to(DEVICE), "marian": prepare(marian).to(DEVICE)}
 
 
@@ -496,6 +463,7 @@ def ctranslate2_translators(model: nn.Module, folder: Path) -> dict[str, Any]:
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
+    from conversion.__main__ import build_parser
     from conversion.marian import export
 
     vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, "<unk>": 3} | {
@@ -510,8 +478,7 @@ def ctranslate2_translators(model: nn.Module, folder: Path) -> dict[str, Any]:
     )
     model.save_pretrained(folder / "ours")
     tokenizer.save_pretrained(folder / "ours")
-    flags = dict(atol=1e-4, atol_fp32=1e-4, keep_token_ids=False, allow_nonzero_start_embedding=False)
-    export(argparse.Namespace(source=folder / "ours", output=folder / "marian", **flags))
+    export(build_parser().parse_args(["to-marian", str(folder / "ours"), str(folder / "marian")]))
     ctranslate2.converters.TransformersConverter(str(folder / "marian")).convert(str(folder / "ct2"))
     threads = torch.get_num_threads()
     return {
