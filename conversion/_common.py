@@ -359,6 +359,17 @@ def usage_snippet(
     return "\n".join(lines)
 
 
+def token_generation_config(config: PretrainedConfig, **decoding: Any) -> GenerationConfig:
+    """A generation config with the source's `decoding` settings and the model's special token ids."""
+    return GenerationConfig(
+        **decoding,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+
 def finish(
     converted: Converted,
     output: Path,
@@ -408,6 +419,32 @@ def finish(
     return output
 
 
+def finish_against_reference(
+    args: argparse.Namespace,
+    converted: Converted,
+    *,
+    source: str,
+    hint: str,
+    title: str,
+    description: str,
+    example: str | None,
+    tokenizer_note: str,
+) -> None:
+    """`finish` for a converter verified against the teacher-forced logits its source stored (`--reference`, None:
+    unverified, `hint` says how to get them), within `--atol` / `--atol-fp32`, written to `args.output`; the card's
+    usage example tokenizes `example` (`usage_snippet`)."""
+    usage = usage_snippet(
+        args.output,
+        example,
+        tokenizer_note=tokenizer_note,
+        target_tokenizer=TARGET_TOKENIZER in converted.tokenizers,
+    )
+    check = reference_check(args.reference, source, hint)
+    finish(
+        converted, args.output, check, (args.atol, args.atol_fp32), title=title, description=description, usage=usage
+    )
+
+
 __all__ = [
     "ATOL_FP32",
     "ATOL_FP64",
@@ -419,12 +456,14 @@ __all__ = [
     "apply_key_map",
     "check_written",
     "finish",
+    "finish_against_reference",
     "load_with_key_map",
     "reference_check",
     "reference_logits",
     "safe_torch_load",
     "sample_inputs",
     "sha256",
+    "token_generation_config",
     "usage_snippet",
     "verify_logits",
     "word_level_tokenizer",

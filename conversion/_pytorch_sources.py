@@ -20,10 +20,8 @@ from ._common import (
     Converted,
     KeyRule,
     add_tolerance_arguments,
-    finish,
+    finish_against_reference,
     load_with_key_map,
-    reference_check,
-    usage_snippet,
     word_level_tokenizer,
 )
 
@@ -168,14 +166,14 @@ def finish_pytorch(
     example = None
     if "" in tokenizers:
         example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(4, min(8, tokenizers[""].vocab_size)))))
-    usage = usage_snippet(
-        args.output,
-        example,
+    finish_against_reference(
+        args,
+        converted,
+        source="the upstream code",
+        hint="pass --reference",
+        title=title,
+        description=description,
+        example=example,
         tokenizer_note="pre-tokenized words, space-separated",
-        target_tokenizer=TARGET_TOKENIZER in tokenizers,
-    )
-    check = reference_check(args.reference, "the upstream code", "pass --reference")
-    finish(
-        converted, args.output, check, (args.atol, args.atol_fp32), title=title, description=description, usage=usage
     )
     return converted.model

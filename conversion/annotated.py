@@ -27,7 +27,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import Converted, KeyRule, safe_torch_load, sha256
+from ._common import Converted, KeyRule, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
     add_common_arguments,
     check_position_table,
@@ -142,14 +142,11 @@ def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -
 def generation_config(config: VanillaTransformerConfig, max_len: int) -> GenerationConfig:
     """check_outputs' `greedy_decode(model, src, src_mask, max_len, 0)`: max_len - 1 greedy steps from <s>; the text
     is cut at the first </s>, where our generation stops."""
-    return GenerationConfig(
+    return token_generation_config(
+        config,
         num_beams=1,
         do_sample=False,
         max_new_tokens=max_len - 1,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
     )
 
 

@@ -33,12 +33,11 @@ from ._common import (
     Converted,
     KeyRule,
     add_tolerance_arguments,
-    finish,
+    finish_against_reference,
     load_with_key_map,
-    reference_check,
     safe_torch_load,
     sha256,
-    usage_snippet,
+    token_generation_config,
     word_level_tokenizer,
 )
 
@@ -421,7 +420,8 @@ def generation_config(
     """fairseq-generate's decoding (module docstring) in transformers' terms. Like fairseq, output stops one token
     short of the decoder's position limit (max_target_positions) when max_len_b would go past it."""
     max_len = min(max_len_b, max_target_positions - 1)
-    return GenerationConfig(
+    return token_generation_config(
+        config,
         num_beams=beam,
         length_penalty=lenpen,
         early_stopping=True,  # fairseq finishes a sentence once `beam` hypotheses have ended
@@ -429,10 +429,6 @@ def generation_config(
         forced_eos_token_id=config.eos_token_id,
         min_new_tokens=1,  # min_len 1: </s> is not allowed as the first token
         suppress_tokens=[config.pad_token_id],
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
     )
 
 
@@ -498,25 +494,16 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
         lenpen=args.lenpen,
         max_len_b=args.max_len_b,
     )
-    tokenizers = converted.tokenizers
-    example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(len(SPECIAL_SYMBOLS), 8))))
-    usage = usage_snippet(
-        args.output,
-        example,
-        tokenizer_note="source side: pre-tokenized / BPE'd text, as for fairseq",
-        target_tokenizer=TARGET_TOKENIZER in tokenizers,
-    )
-    check = reference_check(
-        args.reference, "fairseq", "pass --reference (see conversion/reference/make_fairseq_reference.py)"
-    )
-    finish(
+    example = " ".join(converted.tokenizers[""].convert_ids_to_tokens(list(range(len(SPECIAL_SYMBOLS), 8))))
+    finish_against_reference(
+        args,
         converted,
-        args.output,
-        check,
-        (args.atol, args.atol_fp32),
+        source="fairseq",
+        hint="pass --reference (see conversion/reference/make_fairseq_reference.py)",
         title="fairseq transformer in hf_vanilla_transformer",
         description="Converted with `python -m conversion fairseq` from a fairseq `transformer` checkpoint.",
-        usage=usage,
+        example=example,
+        tokenizer_note="source side: pre-tokenized / BPE'd text, as for fairseq",
     )
     return converted.model
 

@@ -26,7 +26,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-from ._common import Converted, KeyRule, safe_torch_load, sha256
+from ._common import Converted, KeyRule, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
     add_common_arguments,
     check_position_table,
@@ -141,14 +141,11 @@ def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -
 def generation_config(config: VanillaTransformerConfig, max_len_offset: int) -> GenerationConfig:
     """`translate`'s decoding: greedy from <bos>, stopping at <eos>, at most source length + offset - 1 new tokens
     (greedy_decode runs max_len - 1 steps); the source length counts <bos> and <eos>, as text_transform adds them."""
-    return GenerationConfig(
+    return token_generation_config(
+        config,
         num_beams=1,
         do_sample=False,
         max_new_tokens_offset=max_len_offset - 1,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
     )
 
 

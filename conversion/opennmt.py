@@ -39,12 +39,11 @@ from ._common import (
     Converted,
     KeyRule,
     add_tolerance_arguments,
-    finish,
+    finish_against_reference,
     load_with_key_map,
-    reference_check,
     safe_torch_load,
     sha256,
-    usage_snippet,
+    token_generation_config,
     word_level_tokenizer,
 )
 
@@ -426,15 +425,12 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
     OpenNMT-py's finished hypotheses keep their beam slot while transformers' free it. Without a length penalty no
     hypothesis can outscore a finished one once all running ones score lower, which early_stopping=False waits for,
     as OpenNMT-py stops once its best candidate has finished."""
-    return GenerationConfig(
+    return token_generation_config(
+        config,
         num_beams=beam,
         length_penalty=0.0,
         early_stopping=False,
         max_new_tokens=max_length,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
     )
 
 
@@ -461,23 +457,15 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
     converted = load_opennmt(locate(args.source, args.checkpoint), beam=args.beam, max_length=args.max_length)
     tokenizer = converted.tokenizers[""]
     words = [token for token in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if "<" not in token]
-    usage = usage_snippet(
-        args.output,
-        " ".join(words[:6]),
-        tokenizer_note="source side: text as OpenNMT-py's transforms left it",
-        target_tokenizer=TARGET_TOKENIZER in converted.tokenizers,
-    )
-    check = reference_check(
-        args.reference, "OpenNMT-py", "pass --reference (see conversion/reference/make_opennmt_reference.py)"
-    )
-    finish(
+    finish_against_reference(
+        args,
         converted,
-        args.output,
-        check,
-        (args.atol, args.atol_fp32),
+        source="OpenNMT-py",
+        hint="pass --reference (see conversion/reference/make_opennmt_reference.py)",
         title="OpenNMT-py transformer in hf_vanilla_transformer",
         description="Converted with `python -m conversion opennmt` from an OpenNMT-py (MIT) transformer checkpoint.",
-        usage=usage,
+        example=" ".join(words[:6]),
+        tokenizer_note="source side: text as OpenNMT-py's transforms left it",
     )
     return converted.model
 
