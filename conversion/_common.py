@@ -407,7 +407,7 @@ def finish(
     )
     model.generation_config = converted.generation_config
     copied: list[str] = []
-    with replaced_folder(output) as folder:  # written beside OUTPUT_DIR, then moved in: no half-written files
+    with replaced_folder(output) as folder:  # written beside OUTPUT_DIR, then swapped in whole: never a mix
         model.save_pretrained(folder)  # safetensors; transformers 5 writes no pickle
         for subfolder, tokenizer in converted.tokenizers.items():
             tokenizer.save_pretrained(folder / subfolder)

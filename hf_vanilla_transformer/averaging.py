@@ -148,7 +148,8 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
 def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
     """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
     files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one.
-    Written beside `output_dir` first, then moved in file by file (`replaced_folder`): a kill leaves no half file."""
+    Written beside `output_dir` first, then swapped in whole (`replaced_folder`): a kill leaves the old folder or the
+    new one; the folder's other entries (a training run's checkpoints/) are carried over, stale model files dropped."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     import hf_vanilla_transformer  # noqa: F401 - registers the Auto classes

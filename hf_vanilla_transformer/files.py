@@ -1,22 +1,131 @@
-"""Writing model folders so that a kill never leaves a half-written file behind (write, then rename)."""
+"""Writing model folders whole: the new folder is built beside the old one and swapped in with one atomic rename, so
+a reader (or a kill at any moment) sees the whole old folder or the whole new one, never a mix of the two."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fnmatch
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Top-level entries that belong to a model folder: what save_pretrained, the tokenizers, the converters and the model
+# card write. A new folder replaces all of them, so a stale one (an old target_tokenizer/ or weight shard) vanishes.
+# Every other entry of the old folder (a training run's checkpoints/, curve/, results.json, a user's own files) is
+# carried over into the new one. Code files (*.py) are not listed: save_pretrained rewrites the model's own, and a
+# file of the user's is never deleted.
+MODEL_ENTRIES = (
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model*.bin",
+    "pytorch_model.bin.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "target_vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "target_tokenizer",
+)
+
+_RENAME_EXCHANGE = 2  # linux/fs.h; renameat2(2) swaps the two paths atomically, both must exist
+_AT_FDCWD = -100
+
+
+def is_model_entry(name: str) -> bool:
+    """Whether a top-level entry `name` of a model folder is one of the model's files (`MODEL_ENTRIES`)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in MODEL_ENTRIES)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two existing paths in one step with Linux's renameat2(RENAME_EXCHANGE). False where the platform, the C
+    library or the filesystem cannot (then the caller falls back to two renames)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28, musl >= 1.2.2
+    if renameat2 is None:
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):  # e.g. NFS, FUSE, a seccomp filter
+        return False
+    raise OSError(code, os.strerror(code), str(first), None, str(second))
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Recreate `source` at `target` with hard links (no data copied; the files stay the same inodes, so a lock held
+    on one stays held), copying where the filesystem has no hard links."""
+    if source.is_symlink():
+        os.symlink(os.readlink(source), target)
+    elif source.is_dir():
+        target.mkdir()
+        for child in source.iterdir():
+            _link_tree(child, target / child.name)
+    else:
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _recover(output_dir: Path) -> None:
+    """Undo what a writer killed mid-way left: an `output_dir` missing between the two renames of the fallback gets
+    its old folder back, and the sibling folders of writers that are no longer running are removed."""
+    siblings = sorted(output_dir.parent.glob(f".{output_dir.name}.*-*"))
+    for sibling in siblings:
+        kind, _, pid = sibling.name[len(output_dir.name) + 2 :].rpartition("-")
+        if kind not in ("partial", "old") or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        if kind == "old" and not output_dir.exists():
+            sibling.rename(output_dir)
+        else:
+            shutil.rmtree(sibling, ignore_errors=True)
+
 
 @contextmanager
 def replaced_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty sibling folder of `output_dir` to write into. On success, a new `output_dir` is that folder,
-    renamed; an existing one (which may hold other files: checkpoints, results) gets each written file through
-    `os.replace`, so that every file there is whole at any moment, the old version or the new one. On an error the
-    partial folder is removed and `output_dir` is untouched."""
+    """Yield an empty sibling folder of `output_dir` to write the complete new model folder into; on success it
+    becomes `output_dir` in one atomic step. On an error the sibling is removed and `output_dir` is untouched.
+
+    An existing `output_dir`'s entries that are not the model's (`MODEL_ENTRIES`: weights, config, tokenizer files,
+    target_tokenizer/, card), such as a training run's checkpoints/ and curve/, are carried into the new folder as
+    hard links, unless the new folder wrote an entry of that name; stale model files are left behind with the old
+    folder. The two folders are then swapped with renameat2(RENAME_EXCHANGE), one system call: at every moment
+    `output_dir` is the whole old folder or the whole new one, and the old one (now at the sibling's path) is
+    removed. Where that call is unavailable (not Linux, an old C library, a filesystem without it, e.g. NFS), two
+    renames: the old folder to `.NAME.old-PID`, the new one to `output_dir`. A kill between the two leaves no
+    `output_dir` but the whole old folder beside it, which the next write to `output_dir` (or any call of this
+    function for it) renames back; still never a mix. Files are not fsynced: the promise covers killed processes,
+    not power loss."""
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
+    _recover(output_dir)
     partial = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
@@ -25,12 +134,17 @@ def replaced_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
         if not output_dir.exists():
             partial.rename(output_dir)
             return
-        for source in sorted(path for path in partial.rglob("*") if path.is_file()):
-            target = output_dir / source.relative_to(partial)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, target)
+        written = {entry.name for entry in partial.iterdir()}
+        for entry in sorted(output_dir.iterdir()):
+            if entry.name not in written and not is_model_entry(entry.name):
+                _link_tree(entry, partial / entry.name)
+        if not _exchange(partial, output_dir):
+            old = output_dir.parent / f".{output_dir.name}.old-{os.getpid()}"
+            output_dir.rename(old)
+            partial.rename(output_dir)
+            shutil.rmtree(old)
     finally:
-        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)  # the new folder on an error, the old one after the swap
 
 
-__all__ = ["replaced_folder"]
+__all__ = ["MODEL_ENTRIES", "is_model_entry", "replaced_folder"]

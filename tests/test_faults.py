@@ -1,6 +1,7 @@
-"""Faults during training (`hf-vanilla-transformer train`, run as a subprocess through tests/train_script.py): a run
-killed with SIGKILL and resumed with --resume ends bit-identical to an uninterrupted one; a kill while a checkpoint
-is being written leaves the previous checkpoint loadable, and --resume must not pick the half-written one.
+"""Fault injection. During training (`hf-vanilla-transformer train`, run as a subprocess through
+tests/train_script.py): a run killed with SIGKILL and resumed with --resume ends bit-identical to an uninterrupted
+one; a kill while a checkpoint is being written leaves the previous checkpoint loadable, and --resume must not pick
+the half-written one. Model folder writes: a kill at any step leaves the old folder or the new one.
 
 Every run: the test preset (1+1 layers, d_model 32, P_drop 0.1, so dropout draws from the RNG the checkpoint must
 restore), 64 pairs in 10 batches per epoch, 24 updates, a checkpoint every 7 updates and at epoch ends, one thread.
@@ -11,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -188,3 +190,87 @@ def test_each_checkpoint_is_written_once(reference) -> None:
     for name in ("model.safetensors", "optimizer.pt", "trainer_state.json"):
         written = [path for path in checkpoint_files if path.endswith(f"/{name}")]
         assert len(written) == len(set(written)) == 6, sorted(written)
+
+
+# ------------------------------------------------------------------------------------------ kill during a folder write
+
+# Writes a new model folder over an old one through `replaced_folder`, counting every filesystem change (the `os`
+# calls that create, rename or remove a path, and the renameat2 swap) and SIGKILLing itself right after change
+# number argv[3] (0: never). Prints the number of changes. Loads files.py alone: no transformers import per run.
+FOLDER_WRITER = """
+import importlib.util, os, signal, sys
+spec = importlib.util.spec_from_file_location("files", sys.argv[1])
+files = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(files)
+kill_after, changes = int(sys.argv[3]), 0
+
+def counted(function):
+    def wrapper(*args, **kwargs):
+        global changes
+        result = function(*args, **kwargs)
+        changes += 1
+        if changes == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return wrapper
+
+for name in ("mkdir", "rename", "replace", "link", "symlink", "unlink", "rmdir"):
+    setattr(os, name, counted(getattr(os, name)))
+if hasattr(files, "_exchange"):
+    files._exchange = counted(files._exchange)
+with files.replaced_folder(sys.argv[2]) as folder:
+    (folder / "config.json").write_text("new")
+    (folder / "model.safetensors").write_bytes(b"new weights")
+    (folder / "tokenizer.json").write_text("new")
+print(changes)
+"""
+
+
+def folder_state(folder: Path) -> dict[str, bytes] | None:
+    if not folder.is_dir():
+        return None
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def test_a_kill_at_any_step_of_a_folder_write_leaves_the_old_or_the_new_folder(tmp_path) -> None:
+    """SIGKILL right after each filesystem change of a folder write (issue 26, item 5): the folder is always the
+    whole old one (its stale target_tokenizer/ included) or the whole new one (without it), and the run's
+    checkpoints/ survive every kill. Writing file by file with os.replace into the old folder left a new
+    config.json beside the old weights after the first replace. A later write cleans up what the kill left."""
+    files_py = REPO / "hf_vanilla_transformer" / "files.py"
+    old = {
+        "config.json": b"old",
+        "model.safetensors": b"old weights",
+        "tokenizer.json": b"old",
+        "target_tokenizer/tokenizer.json": b"old target",
+        "checkpoints/checkpoint-7/optimizer.pt": b"adam",
+    }
+    new = {"config.json": b"new", "model.safetensors": b"new weights", "tokenizer.json": b"new"}
+    new["checkpoints/checkpoint-7/optimizer.pt"] = b"adam"
+
+    def write(target: Path, kill_after: int) -> subprocess.CompletedProcess:
+        args = [str(files_py), str(target), str(kill_after)]
+        return subprocess.run([sys.executable, "-c", FOLDER_WRITER, *args], capture_output=True, text=True)
+
+    def old_folder(root: Path) -> Path:
+        target = root / "model"
+        for name, content in old.items():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).write_bytes(content)
+        return target
+
+    uninterrupted = write(old_folder(tmp_path / "uninterrupted"), 0)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    assert folder_state(tmp_path / "uninterrupted" / "model") == new
+    changes = int(uninterrupted.stdout)
+    seen = set()
+    for kill_after in range(1, changes + 1):
+        target = old_folder(tmp_path / f"kill-{kill_after}")
+        result = write(target, kill_after)
+        assert result.returncode == -signal.SIGKILL, result.stderr
+        state = folder_state(target)
+        assert state in (old, new), f"killed after change {kill_after} of {changes}: {state}"
+        seen.add("old" if state == old else "new")
+        write(target, 0)  # the next write recovers and removes the killed writer's sibling folders
+        assert folder_state(target) == new and os.listdir(target.parent) == ["model"], kill_after
+    assert seen == {"old", "new"}  # the kill points span the swap
