@@ -12,6 +12,7 @@ import hashlib
 import os
 import pickle
 import re
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,19 +34,77 @@ from model_card import render_converted_card
 KeyRule = tuple[str, str | tuple[str, ...] | None]
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _check_archive(path: Path) -> None:
+    """Refuse an empty, truncated or damaged checkpoint before torch reads it. A `.pt` of torch >= 1.6 is a zip
+    archive with a CRC-32 per member: reading every member verifies them (one pass over the file), so a flipped or
+    zeroed byte inside a tensor is caught rather than converted into silently wrong weights. Legacy (pre-zip)
+    files have no checksum; their truncation surfaces when torch reads them."""
+    with path.open("rb") as file:
+        magic = file.read(len(_ZIP_MAGIC))
+    if not magic:
+        raise ValueError(f"{path} is empty (0 bytes). Re-download or re-copy the checkpoint.")
+    if magic != _ZIP_MAGIC:
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as error:
+        raise ValueError(
+            f"{path} is damaged (truncated or not a complete zip archive: {error}). Re-download or re-copy it."
+        ) from error
+    if damaged is not None:
+        raise ValueError(
+            f"{path} is damaged: the CRC-32 of its member `{damaged}` does not match its data (a corrupted copy or "
+            "download). Re-download or re-copy it."
+        )
+
+
 def safe_torch_load(path: str | os.PathLike, allowed_globals: Iterable[Any] = ()) -> Any:
     """`torch.load(weights_only=True)` with `allowed_globals` (e.g. `argparse.Namespace`) as the only classes
     allowed besides tensors and plain containers. Never a plain pickle load: a checkpoint is untrusted input.
-    Raises ValueError naming the class the file needs when it holds anything else."""
+    The archive's checksums are verified first (`_check_archive`). Raises ValueError naming the file when it is
+    empty, truncated or damaged, and naming the class the file needs when it holds anything else."""
+    path = Path(path)
+    _check_archive(path)
     try:
         with torch.serialization.safe_globals(list(allowed_globals)):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        if "weights only load failed" not in str(error).lower():
+            raise ValueError(f"{path} is damaged ({error}). Re-download or re-copy it.") from error
         raise ValueError(
             f"{path} holds Python objects that a weights-only load refuses ({error}). Checkpoints are loaded without "
             "running pickled code; re-save it with tensors and plain containers only (e.g. torch.save({'model': "
             "state_dict, 'cfg': plain_dict})), or add the class to the converter's allow-list if it is harmless."
         ) from error
+    except (EOFError, RuntimeError) as error:  # a truncated legacy file; torch's zip reader on a broken archive
+        raise ValueError(f"{path} is damaged or truncated ({error}). Re-download or re-copy it.") from error
+
+
+def check_weights(weights: Mapping[str, torch.Tensor], origin: Mapping[str, str] | None = None) -> None:
+    """Refuse weights no trained model has, which a damaged source or a converter bug would otherwise carry into a
+    folder that loads fine: a NaN or an infinity anywhere, or a weight matrix (a linear or embedding layer's
+    `.weight`, 2 or more dimensions) of exact zeros, which would silence its layer. Biases and LayerNorm parameters
+    may legitimately be all zero and are not checked for it. Raises ValueError naming the first offending weight
+    (and the source tensor it came from, by `origin`: target name -> source key)."""
+    for name, tensor in weights.items():
+        if not tensor.is_floating_point():
+            continue
+        what = f"`{name}`" + (f" (from `{origin[name]}`)" if origin and name in origin else "")
+        if not torch.isfinite(tensor).all():
+            count = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(
+                f"Weight {what} holds {count} non-finite value(s) (NaN or inf). The source checkpoint is damaged "
+                "or diverged in training; convert a checkpoint from before the divergence."
+            )
+        if name.endswith(".weight") and tensor.dim() >= 2 and tensor.numel() and not tensor.any():
+            raise ValueError(
+                f"Weight {what} {tuple(tensor.shape)} is all zeros, which no trained layer is. The source "
+                "checkpoint is damaged or was saved before its weights were loaded; convert the trained checkpoint."
+            )
 
 
 def apply_key_map(
@@ -56,7 +115,8 @@ def apply_key_map(
     `expected` maps every key the target model needs to its shape. Raises ValueError on a source key no rule matches
     (a leftover: weights the converter does not understand), on a produced key the target lacks, on a needed key
     nothing produced, on a shape mismatch, and on two source tensors mapped to one key with different values
-    (weights the source claims are tied but are not). Never drops a weight silently.
+    (weights the source claims are tied but are not), and on NaN, inf or an all-zero weight matrix
+    (`check_weights`, naming the source key). Never drops a weight silently.
     """
     rules = [(re.compile(pattern), target) for pattern, target in key_map]
     mapped: dict[str, torch.Tensor] = {}
@@ -107,6 +167,7 @@ def apply_key_map(
                 f"`{origin[name]}` has shape {tuple(tensor.shape)} but `{name}` needs {tuple(expected[name])}. "
                 "The checkpoint's settings (dimensions, vocabulary sizes) do not match its weights."
             )
+    check_weights(mapped, origin)
     return mapped
 
 
@@ -386,8 +447,10 @@ def finish(
     `tolerances` = (atol, atol_fp32)), write the folder atomically (weights as safetensors, config, generation
     config, tokenizers, the files `extra_files(folder)` writes, the model card), reload it and check that it
     reproduces the model exactly. The card's architecture table is `card_config` (default: the model's own
-    config, when it is ours). Returns the folder."""
+    config, when it is ours). Weights with NaN, inf or an all-zero matrix are refused first (`check_weights`).
+    Returns the folder."""
     model, facts = converted.model, converted.facts
+    check_weights(model.state_dict())
     if check.compare is None:
         print(f"Not verified against {check.source}: {check.hint}")
         facts["Verification"] = f"none against {check.source} ({check.hint})"
@@ -454,6 +517,7 @@ __all__ = [
     "SourceCheck",
     "add_tolerance_arguments",
     "apply_key_map",
+    "check_weights",
     "check_written",
     "finish",
     "finish_against_reference",

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,86 @@ def test_a_kill_at_any_step_of_a_folder_write_leaves_the_old_or_the_new_folder(t
         write(target, 0)  # the next write recovers and removes the killed writer's sibling folders
         assert folder_state(target) == new and os.listdir(target.parent) == ["model"], kill_after
     assert seen == {"old", "new"}  # the kill points span the swap
+
+
+# ------------------------------------------------------------------------------------------ damaged checkpoints
+
+TUTORIAL = REPO / "tests" / "conversion" / "fixtures" / "nn_transformer_tutorial" / "model.pt"
+ANNOTATED = REPO / "tests" / "conversion" / "fixtures" / "annotated_transformer" / "model.pt"
+
+
+def convert(source: Path, output: Path, capsys, fmt: str = "nn-transformer") -> tuple[int, str]:
+    """`python -m conversion FMT SOURCE OUTPUT --heads 4` (both fixtures have 4 heads): exit code and stderr."""
+    from conversion.__main__ import main
+
+    try:
+        code = main([fmt, str(source), str(output), "--heads", "4"])
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr().err
+
+
+def zero_bytes_inside_the_largest_tensor(source: Path, target: Path) -> None:
+    """Copy `source` with 64 bytes in the middle of its largest tensor's data zeroed (a torch .pt is a zip of
+    stored members: the data lies in the file as is)."""
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        member = max((info for info in archive.infolist() if "/data/" in info.filename), key=lambda i: i.file_size)
+    header = data[member.header_offset : member.header_offset + 30]
+    name_length, extra_length = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
+    start = member.header_offset + 30 + name_length + extra_length + member.file_size // 2 - 32
+    assert any(data[start : start + 64])
+    data[start : start + 64] = bytes(64)
+    target.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("fmt", "source"), [("nn-transformer", TUTORIAL), ("annotated", ANNOTATED)])
+def test_zeroed_bytes_inside_a_tensor_are_refused(fmt, source, tmp_path, capsys) -> None:
+    """64 zeroed bytes inside a tensor (issue 26, item 5: a fairseq checkpoint so damaged converted with exit 0 and
+    weights silently zero): the zip's CRC-32 catches them; one line naming the file, exit 2, nothing written."""
+    damaged = tmp_path / "model.pt"
+    zero_bytes_inside_the_largest_tensor(source, damaged)
+    code, error = convert(damaged, tmp_path / "out", capsys, fmt)
+    assert code == 2
+    assert str(damaged) in error and "damaged" in error and "CRC-32" in error and "Re-download" in error
+    assert len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("size", [0, 100, "half"], ids=["empty", "100-bytes", "half"])
+def test_truncated_or_empty_checkpoints_are_one_clear_line(size, tmp_path, capsys) -> None:
+    """An empty or truncated .pt: exit 2 with one line naming the file (before: torch's reader traceback)."""
+    data = TUTORIAL.read_bytes()
+    truncated = tmp_path / "model.pt"
+    truncated.write_bytes(data[: len(data) // 2 if size == "half" else size])
+    code, error = convert(truncated, tmp_path / "out", capsys)
+    assert code == 2 and str(truncated) in error and ("empty" in error or "damaged" in error), error
+    assert len(error.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        pytest.param(lambda tensor: tensor.fill_(float("nan")), "non-finite", id="nan"),
+        pytest.param(lambda tensor: tensor.view(-1)[3:4].fill_(float("inf")), "non-finite", id="one-inf"),
+        pytest.param(lambda tensor: tensor.zero_(), "all zeros", id="all-zero-matrix"),
+    ],
+)
+def test_non_finite_or_zeroed_weights_are_refused(damage, message, tmp_path, capsys) -> None:
+    """A weight matrix with NaN or inf, or of exact zeros (a layer that was never loaded), is refused, naming it;
+    without --reference nothing else would notice. A zero bias is fine (see the second conversion)."""
+    from conversion._common import safe_torch_load
+
+    weights = dict(safe_torch_load(TUTORIAL))
+    name = "transformer.encoder.layers.0.linear1.weight"
+    bias = name.replace(".weight", ".bias")
+    damage(weights[name])
+    torch.save({**weights, bias: torch.zeros_like(weights[bias])}, tmp_path / "damaged.pt")
+    code, error = convert(tmp_path / "damaged.pt", tmp_path / "out", capsys)
+    assert code == 2 and message in error, error
+    assert f"`model.encoder.layers.0.fc1.weight` (from `{name}`)" in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+    weights[name] = safe_torch_load(TUTORIAL)[name]
+    torch.save({**weights, bias: torch.zeros_like(weights[bias])}, tmp_path / "zero-bias.pt")
+    assert convert(tmp_path / "zero-bias.pt", tmp_path / "out", capsys)[0] == 0
