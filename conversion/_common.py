@@ -25,7 +25,7 @@ from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, Pr
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.cpu_inference import plain_kernels
-from hf_vanilla_transformer.files import replaced_folder
+from hf_vanilla_transformer.files import TARGET_TOKENIZER, replaced_folder
 from model_card import render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
@@ -313,9 +313,6 @@ def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -------------------------------------------------------------------------------------- the converted result
-TARGET_TOKENIZER = "target_tokenizer"
-
-
 @dataclass
 class Converted:
     """A checkpoint converted in memory (nothing written yet): what `finish` verifies, writes and reloads."""

@@ -148,11 +148,13 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
 def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
     """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
     files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one.
+    The config's `auto_map` and `custom_pipelines` are this package's, never the checkpoint's; a checkpoint of
+    another model type is refused.
     Written beside `output_dir` first, then swapped in whole (`replaced_folder`): a kill leaves the old folder or the
     new one; the folder's other entries (a training run's checkpoints/) are carried over, stale model files dropped."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-    import hf_vanilla_transformer  # noqa: F401 - registers the Auto classes
+    from . import VanillaTransformerConfig  # importing the package registers the Auto classes
 
     last = Path(paths[-1]) if paths else None
     if last is None or not (last / "config.json").is_file():
@@ -160,12 +162,22 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     output_dir = Path(output_dir)
     if any(output_dir.resolve() == Path(path).resolve() for path in paths):
         raise ValueError(f"`output_dir` {output_dir} is one of the checkpoints to average; write to a new folder.")
+    config = json.loads((last / "config.json").read_text(encoding="utf-8"))
+    if config.get("model_type") != VanillaTransformerConfig.model_type:
+        raise ValueError(
+            f"{last / 'config.json'} has model_type {config.get('model_type')!r}, not "
+            f"{VanillaTransformerConfig.model_type!r}: only this package's checkpoints average into a model folder."
+        )
+    # Whatever code the checkpoint's config points to (another repository's or another model's auto_map and
+    # pipelines) is not carried over: save_pretrained below writes this package's registration and code files.
+    for key in ("auto_map", "custom_pipelines"):
+        config.pop(key, None)
     averaged = average_checkpoints(paths)
     with replaced_folder(output_dir) as folder:
         # Load the mean through from_pretrained (strict for this package's models; tied weights are stored once),
         # then save_pretrained adds auto_map and the code files.
         save_file(averaged, folder / "model.safetensors", metadata={"format": "pt"})
-        (folder / "config.json").write_text((last / "config.json").read_text(encoding="utf-8"), encoding="utf-8")
+        (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         model = AutoModelForSeq2SeqLM.from_pretrained(folder)
         if (last / "generation_config.json").is_file():
             model.generation_config = GenerationConfig.from_pretrained(last)

@@ -13,6 +13,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Every tokenizer file a model folder may hold: what tokenizers' save_pretrained writes (fast and slow, BPE and
+# SentencePiece) and what the converters copy as they are (Marian's source.spm / target.spm / target_vocab.json).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "target_vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+# The subfolder with the target side's tokenizer, where source and target vocabularies differ (the converters).
+TARGET_TOKENIZER = "target_tokenizer"
+
 # Top-level entries that belong to a model folder: what save_pretrained, the tokenizers, the converters and the model
 # card write. A new folder replaces all of them, so a stale one (an old target_tokenizer/ or weight shard) vanishes.
 # Every other entry of the old folder (a training run's checkpoints/, curve/, results.json, a user's own files) is
@@ -27,19 +47,8 @@ MODEL_ENTRIES = (
     "model.safetensors.index.json",
     "pytorch_model*.bin",
     "pytorch_model.bin.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "source.spm",
-    "target.spm",
-    "target_vocab.json",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-    "target_tokenizer",
+    *TOKENIZER_FILES,
+    TARGET_TOKENIZER,
 )
 
 _RENAME_EXCHANGE = 2  # linux/fs.h; renameat2(2) swaps the two paths atomically, both must exist
@@ -147,4 +156,4 @@ def replaced_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)  # the new folder on an error, the old one after the swap
 
 
-__all__ = ["MODEL_ENTRIES", "is_model_entry", "replaced_folder"]
+__all__ = ["MODEL_ENTRIES", "TARGET_TOKENIZER", "TOKENIZER_FILES", "is_model_entry", "replaced_folder"]

@@ -4,6 +4,7 @@ folder (`push_folder_to_hub`)."""
 
 from .generate import (
     HUB_FILES,
+    code_files,
     hub_files,
     push_folder_to_hub,
     render_converted_card,
@@ -13,6 +14,7 @@ from .generate import (
 
 __all__ = [
     "HUB_FILES",
+    "code_files",
     "hub_files",
     "push_folder_to_hub",
     "render_converted_card",

@@ -18,9 +18,11 @@ from typing import Any
 import jinja2
 import torch
 from huggingface_hub import CommitInfo, CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.attention import PLOTS
+from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
@@ -29,7 +31,9 @@ CONVERTED_TAGS = ["vanilla-transformer", "converted"]
 # A sentence of the paper's abstract, for the usage examples.
 EXAMPLE_TEXT = "The Transformer is based solely on attention mechanisms."
 
-# What a Hub repository of this model holds; patterns match paths relative to the folder, one level per "/".
+# What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
+# the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
+# names is uploaded.
 HUB_FILES = (
     "README.md",
     "config.json",
@@ -37,13 +41,8 @@ HUB_FILES = (
     "model.safetensors",
     "model-*-of-*.safetensors",
     "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "*.py",
+    *TOKENIZER_FILES,
+    *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
     "attention/*.png",
     "learning_curve.png",
 )
@@ -314,9 +313,39 @@ def write_model_card(
     return path
 
 
+def code_files(output_dir: str | Path) -> list[str]:
+    """The model's code files in the folder, as transformers copies them for remote code: the modules that
+    config.json's `auto_map` and `custom_pipelines` name, and the modules they import relatively, transitively
+    (transformers' own `get_relative_import_files`). Computed, so a helper module the model code imports is
+    included and a stray `secrets_config.py` beside them is not. Raises ValueError when config.json has no
+    auto_map or a named or imported module is missing."""
+    output_dir = Path(output_dir)
+    config = json.loads((output_dir / "config.json").read_text(encoding="utf-8"))
+    if "auto_map" not in config:
+        raise ValueError(
+            f"{output_dir / 'config.json'} has no auto_map, so the Hub copy would not load with trust_remote_code. "
+            "Save the model with hf_vanilla_transformer imported."
+        )
+    references = [task["impl"] for task in config.get("custom_pipelines", {}).values()]
+    for value in config["auto_map"].values():
+        # "module.Class", "repo--module.Class", or a [slow, fast] pair for tokenizers
+        references += [item for item in (value if isinstance(value, list) else [value]) if item]
+    modules = set()
+    for reference in references:
+        module = output_dir / (reference.split("--")[-1].rsplit(".", 1)[0] + ".py")
+        if not module.is_file():
+            raise ValueError(f"config.json refers to {reference} but {module} is missing. Save again.")
+        try:
+            modules |= {module, *(Path(path) for path in get_relative_import_files(module))}
+        except FileNotFoundError as error:
+            raise ValueError(f"{module} imports a module the folder lacks ({error.filename}). Save again.") from error
+    return sorted(path.relative_to(output_dir).as_posix() for path in modules)
+
+
 def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> list[str]:
     """The folder's files to upload (relative POSIX paths, sorted): those matching `patterns`, each pattern at its
-    own depth, so checkpoints/, runs/ and training_args.bin stay local. Checks the folder is a complete model."""
+    own depth, so checkpoints/, runs/ and training_args.bin stay local, plus exactly the model's `code_files`.
+    Checks the folder is a complete model."""
     output_dir = Path(output_dir)
     found = sorted(path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if path.is_file())
     selected = [
@@ -332,21 +361,7 @@ def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> li
             raise ValueError(f"{output_dir} has no {required}; {fix} first.")
     if not any(name.endswith(".safetensors") for name in selected):
         raise ValueError(f"{output_dir} has no safetensors weights; save the model with save_pretrained first.")
-    config = json.loads((output_dir / "config.json").read_text(encoding="utf-8"))
-    if "auto_map" not in config:
-        raise ValueError(
-            f"{output_dir / 'config.json'} has no auto_map, so the Hub copy would not load with trust_remote_code. "
-            "Save the model with hf_vanilla_transformer imported."
-        )
-    references = [task["impl"] for task in config.get("custom_pipelines", {}).values()]
-    for value in config["auto_map"].values():
-        # "module.Class", "repo--module.Class", or a [slow, fast] pair for tokenizers
-        references += [item for item in (value if isinstance(value, list) else [value]) if item]
-    for reference in references:
-        module = reference.split("--")[-1].rsplit(".", 1)[0] + ".py"
-        if module not in selected:
-            raise ValueError(f"config.json refers to {reference} but {output_dir / module} is missing. Save again.")
-    return selected
+    return sorted({*selected, *code_files(output_dir)})
 
 
 def push_folder_to_hub(
@@ -380,6 +395,7 @@ def push_folder_to_hub(
 __all__ = [
     "HUB_FILES",
     "architecture_rows",
+    "code_files",
     "count_parameters",
     "decoding_rows",
     "hub_files",

@@ -358,3 +358,59 @@ def test_non_finite_or_zeroed_weights_are_refused(damage, message, tmp_path, cap
     weights[name] = safe_torch_load(TUTORIAL)[name]
     torch.save({**weights, bias: torch.zeros_like(weights[bias])}, tmp_path / "zero-bias.pt")
     assert convert(tmp_path / "zero-bias.pt", tmp_path / "out", capsys)[0] == 0
+
+
+# ------------------------------------------------------------------------------------------ what leaves the machine
+
+
+def test_hub_files_are_the_model_and_its_code_files_only(tmp_path) -> None:
+    """The upload list (issue 26, item 8): exactly the model's code files, the four that config.json's auto_map
+    and custom_pipelines name and that they import, never a stray `secrets_config.py` (every top-level *.py was
+    listed); and every tokenizer file a converter writes, target_tokenizer/ included (source.spm and the others
+    were left out, so an uploaded Marian conversion had no tokenizer)."""
+    from model_card import hub_files, write_model_card
+
+    from .conftest import tiny_model
+
+    tiny_model().save_pretrained(tmp_path)
+    write_model_card(tmp_path)
+    (tmp_path / "secrets_config.py").write_text("TOKEN = 'hf_...'\n")
+    tokenizer = ["source.spm", "target.spm", "target_vocab.json", "vocab.json", "sentencepiece.bpe.model"]
+    for name in [*tokenizer, "target_tokenizer/tokenizer.json", "target_tokenizer/tokenizer_config.json"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    code = [
+        "configuration_vanilla_transformer.py",
+        "generation_vanilla_transformer.py",
+        "modeling_vanilla_transformer.py",
+        "pipeline_vanilla_translation.py",
+    ]
+    model = ["README.md", "config.json", "generation_config.json", "model.safetensors"]
+    target = ["target_tokenizer/tokenizer.json", "target_tokenizer/tokenizer_config.json"]
+    assert hub_files(tmp_path) == sorted([*code, *model, *tokenizer, *target])
+
+
+def test_averaging_writes_our_auto_map_never_a_foreign_one(tmp_path) -> None:
+    """A checkpoint whose config.json points auto_map / custom_pipelines at other code (issue 26, item 8: a
+    foreign AutoTokenizer entry survived `average`): the averaged folder names this package's code only. A
+    checkpoint of another model type is refused."""
+    from hf_vanilla_transformer.averaging import write_averaged_model
+
+    from .conftest import tiny_model
+
+    checkpoint = tmp_path / "checkpoint-1"
+    tiny_model().save_pretrained(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    ours = config["auto_map"], config["custom_pipelines"]
+    config["auto_map"] = {"AutoModelForSeq2SeqLM": "evil.Model", "AutoTokenizer": ["evil.Tokenizer", None]}
+    config["custom_pipelines"] = {"summarization": {"impl": "evil.Pipeline", "pt": ["AutoModelForSeq2SeqLM"]}}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    write_averaged_model([checkpoint], tmp_path / "averaged")
+    written = json.loads((tmp_path / "averaged" / "config.json").read_text())
+    assert (written["auto_map"], written["custom_pipelines"]) == ours
+    assert not [path for path in (tmp_path / "averaged").iterdir() if path.name.startswith("evil")]
+
+    (checkpoint / "config.json").write_text(json.dumps({**config, "model_type": "bart"}))
+    with pytest.raises(ValueError, match="model_type 'bart'"):
+        write_averaged_model([checkpoint], tmp_path / "bart")
+    assert not (tmp_path / "bart").exists()
