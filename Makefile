@@ -31,8 +31,9 @@ test: setup lint
 	else echo "transformers' common model tests not run: no $(HF_TESTS_SOURCE) (see tests/hf_common/run.sh)"; fi
 
 # The main job: train on the bundled Multi30k EN->DE, evaluate, write outputs/multi30k-en-de. ARGS="..." adds options.
+# --bf16 auto: bf16 autocast where the CPU/GPU has bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere.
 train: setup
-	$(VENV)/bin/hf-vanilla-transformer train $(ARGS)
+	$(VENV)/bin/hf-vanilla-transformer train --bf16 auto $(ARGS)
 
 # The longer runs of the README's table (issue 8): a wall-clock budget, bf16 autocast, a learning curve.
 train-1h: setup
