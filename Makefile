@@ -19,12 +19,21 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# transformers' own common model tests need its test machinery that is not in its wheel; tests/hf_common/run.sh
+# assembles it from the transformers sdist and a folder of the rest (TRANSFORMERS_TESTS_SOURCE, by default
+# ../shared/transformers_tests beside the clone, as CI lays it out). Without that folder they are not run.
+HF_TESTS_SOURCE ?= $(or $(TRANSFORMERS_TESTS_SOURCE),../shared/transformers_tests)
+
 test: setup lint
 	$(VENV)/bin/pytest -q
+	@if [ -d "$(HF_TESTS_SOURCE)" ]; then \
+		TRANSFORMERS_TESTS_SOURCE="$(HF_TESTS_SOURCE)" PYTHON=$(PY) bash tests/hf_common/run.sh; \
+	else echo "transformers' common model tests not run: no $(HF_TESTS_SOURCE) (see tests/hf_common/run.sh)"; fi
 
 # The main job: train on the bundled Multi30k EN->DE, evaluate, write outputs/multi30k-en-de. ARGS="..." adds options.
+# --bf16 auto: bf16 autocast where the CPU/GPU has bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere.
 train: setup
-	$(VENV)/bin/hf-vanilla-transformer train $(ARGS)
+	$(VENV)/bin/hf-vanilla-transformer train --bf16 auto $(ARGS)
 
 # The longer runs of the README's table (issue 8): a wall-clock budget, bf16 autocast, a learning curve.
 train-1h: setup

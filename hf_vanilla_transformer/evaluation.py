@@ -24,6 +24,9 @@ import sacrebleu
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 def _json_ready(value: Any) -> Any:
@@ -44,22 +47,39 @@ def translate(
     batch_size: int = 64,
     generation_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    max_input_tokens: int | None = None,
 ) -> list[str]:
     """Translate `sources` with `model.generate` (the model's generation config, e.g. §6.1 paper decoding, plus
     `generation_kwargs`); one hypothesis per source, in input order.
 
     Sources are batched by length (longest first), so batches carry little padding and a batch that does not fit in
-    memory fails at once.
+    memory fails at once. A source longer than `max_input_tokens` (default: the tokenizer's `model_max_length`) is
+    cut to that many tokens, with one warning that counts them: its translation covers only the start.
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size}.")
+    if max_input_tokens is None:
+        # A tokenizer saved without a limit reports transformers' VERY_LARGE_INTEGER (1e30): no cut then.
+        max_input_tokens = min(tokenizer.model_max_length, 2**31 - 1)
+    if isinstance(max_input_tokens, bool) or not isinstance(max_input_tokens, int) or max_input_tokens < 2:
+        raise ValueError(
+            f"`max_input_tokens` must be an integer of at least 2 (a token and `</s>`), got {max_input_tokens!r}."
+        )
     generation_kwargs = dict(generation_kwargs or {})
     if generation_kwargs.get("num_return_sequences", 1) != 1:
         raise ValueError(
             f"Evaluation scores one hypothesis per source, got num_return_sequences="
             f"{generation_kwargs['num_return_sequences']}. Drop it from generation_kwargs."
         )
-    lengths = [len(ids) for ids in tokenizer(sources, truncation=True)["input_ids"]]
+    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    cut = [length for length in lengths if length > max_input_tokens]
+    if cut:
+        logger.warning(
+            f"{len(cut)} of {len(sources)} sources are longer than {max_input_tokens} tokens (the longest has "
+            f"{max(cut)}) and are cut to {max_input_tokens}: their translations cover only the start. Split long "
+            f"lines into sentences, or raise the limit (max_input_tokens, --max-input-tokens)."
+        )
+    lengths = [min(length, max_input_tokens) for length in lengths]
     order = sorted(range(len(sources)), key=lambda index: -lengths[index])
     hypotheses: list[str] = [""] * len(sources)
     model.eval()
@@ -67,7 +87,11 @@ def translate(
         for start in range(0, len(order), batch_size):
             indices = order[start : start + batch_size]
             batch = tokenizer(
-                [sources[index] for index in indices], padding=True, truncation=True, return_tensors="pt"
+                [sources[index] for index in indices],
+                padding=True,
+                truncation=True,
+                max_length=max_input_tokens,
+                return_tensors="pt",
             ).to(model.device)
             with torch.inference_mode():
                 output_ids = model.generate(

@@ -10,8 +10,9 @@ Design, chosen so that decoding gives back the text exactly (no tokenizer-made s
 - special tokens `<s>`, `<pad>`, `</s>`, `<unk>` with ids 0, 1, 2, 3 (the config's defaults); every sequence, source
   and target, ends with `</s>` (a TemplateProcessing post-processor).
 
-The only text that does not round trip is leading whitespace, which Metaspace drops (and non-NFC input, which comes
-back NFC).
+Special-token strings in the text ("<pad>", "</s>", ...) are encoded as text (`split_special_tokens=True`), so they
+round trip too. The only text that does not round trip is leading whitespace, which Metaspace drops (and non-NFC
+input, which comes back NFC).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def train_bpe_tokenizer(
         eos_token="</s>",
         unk_token="<unk>",
         model_max_length=model_max_length,
+        # "<pad>", "</s>", ... typed by a user are text, encoded as such; the specials come only from the template.
+        split_special_tokens=True,
     )
 
 

@@ -56,6 +56,18 @@ def test_unseen_characters_and_spacing_round_trip_without_unk(tokenizer, text) -
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
+@pytest.mark.parametrize("text", ["a <pad> b", "x </s> y <s> z", "<unk>", "tags like <b> and </s></s>"])
+def test_special_token_strings_in_text_are_text(tokenizer, tmp_path, text) -> None:
+    """A user's "<pad>" is four characters, not the pad token: it is encoded as text and decodes back, also after
+    save/load (the flag is saved with the tokenizer)."""
+    tokenizer.save_pretrained(tmp_path)
+    for tok in (tokenizer, AutoTokenizer.from_pretrained(tmp_path)):
+        ids = tok(text)["input_ids"]
+        assert ids[-1] == tok.eos_token_id and tok.eos_token_id not in ids[:-1]
+        assert not {tok.pad_token_id, tok.bos_token_id, tok.unk_token_id} & set(ids)
+        assert tok.decode(ids, skip_special_tokens=True) == text
+
+
 def test_nfc_normalization_makes_decomposed_text_equal(tokenizer) -> None:
     composed = "Ein Mädchen läuft über die Straße."
     decomposed = unicodedata.normalize("NFD", composed)

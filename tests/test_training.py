@@ -19,6 +19,7 @@ from hf_vanilla_transformer.training import (
     VanillaSeq2SeqTrainer,
     VanillaSeq2SeqTrainingArguments,
     bf16_gemm_speedup,
+    bf16_matrix_units,
     inverse_sqrt_learning_rate,
     paper_learning_rate,
     parse_duration,
@@ -149,20 +150,49 @@ def test_bf16_speedup_is_measured_on_this_cpu() -> None:
 
 
 @pytest.mark.parametrize(
-    ("choice", "speedup", "bf16", "says"),
+    ("choice", "units", "speedup", "bf16", "says"),
     [
-        ("auto", 0.01, False, "below the 2x"),  # AVX2-only CPU: emulated bf16
-        ("auto", 1.9, False, "below the 2x"),
-        ("auto", 2.0, True, "bf16 autocast"),  # bf16 matrix units
-        ("auto", math.inf, True, "supported"),  # a GPU with bf16
-        ("yes", 0.01, True, "slow on this device"),
-        ("yes", 3.0, True, "bf16 autocast"),
+        ("auto", None, 0.01, False, "no bf16 matrix units"),  # AVX2-only CPU: emulated bf16
+        ("auto", "AVX512-BF16", 0.5, True, "AVX512-BF16"),  # a slow timing (a busy machine) does not decide
+        ("auto", "AMX", 4.0, True, "AMX"),
+        ("auto", "a GPU with bf16", math.inf, True, "a GPU with bf16"),
+        ("yes", None, 0.01, True, "emulated and slow"),
+        ("yes", "AMX", 3.0, True, "bf16 autocast"),
     ],
 )
-def test_bf16_auto_takes_bf16_only_where_it_is_fast(monkeypatch, choice, speedup, bf16, says) -> None:
+def test_bf16_auto_takes_bf16_where_the_hardware_has_bf16_units(monkeypatch, choice, units, speedup, bf16, says):
+    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_matrix_units", lambda device: units)
     monkeypatch.setattr("hf_vanilla_transformer.training.bf16_gemm_speedup", lambda device: speedup)
     taken, line = resolve_bf16(choice, torch.device("cpu"))
     assert taken is bf16 and says in line
+
+
+def test_bf16_auto_is_the_same_under_load() -> None:
+    """A CPU hog beside the start must not change the choice (it did with the timed decision)."""
+    import multiprocessing
+
+    quiet = resolve_bf16("auto", torch.device("cpu"))[0]
+    hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(4)]
+    for hog in hogs:
+        hog.start()
+    try:
+        assert all(resolve_bf16("auto", torch.device("cpu"))[0] is quiet for _ in range(5))
+    finally:
+        for hog in hogs:
+            hog.terminate()
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def test_bf16_matrix_units_follow_torch_capabilities(monkeypatch) -> None:
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    for amx, avx512_bf16, expected in [(True, True, "AMX"), (False, True, "AVX512-BF16"), (False, False, None)]:
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        assert bf16_matrix_units(torch.device("cpu")) == expected
 
 
 def test_bf16_no_does_not_measure_and_bad_choices_are_refused(monkeypatch) -> None:

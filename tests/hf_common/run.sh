@@ -8,21 +8,15 @@
 # Where the files come from:
 #   - PyPI sdist of transformers==$TRANSFORMERS_VERSION (default: the installed version): tests/__init__.py,
 #     tests/test_modeling_common.py, tests/test_configuration_common.py, tests/test_pipeline_mixin.py, ...
-#   - Not in the sdist; copied from a transformers git checkout $TRANSFORMERS_REPO at $TRANSFORMERS_REF
-#     (default main; a tag vX.Y.Z matching the installed version is best):
+#   - Not in the sdist: transformers' own test machinery, unmodified, from $TRANSFORMERS_TESTS_SOURCE (default
+#     ../shared/transformers_tests beside this repository, where CI lays it; its README gives the upstream commit),
+#     or, with TRANSFORMERS_REPO set, from that transformers git checkout at $TRANSFORMERS_REF (default main):
 #       tests/generation/{__init__,test_utils}.py          GenerationTesterMixin
 #       tests/exporters/{__init__,test_export}.py          ExportTesterMixin (a base of ModelTesterMixin)
 #       tests/utils/{__init__,test_configuration_utils}.py config_common_kwargs (ConfigTester)
 #       tests/utils/tiny_model_summary.json, utils/test_module/  (imported by the files above)
 #       tests/models/{__init__,marian/__init__,marian/test_modeling_marian}.py  the Marian baseline
-#     Without TRANSFORMERS_REPO these files must already be in $TRANSFORMERS_TESTS_DIR.
-#     v5.23.0's copies of these files could not be obtained where this was last run: the search tool's snapshot of
-#     huggingface/transformers (1.3 GB) is over its 500 MB fetch limit, its file index keys upstream versions by
-#     commits that cannot be listed, and no fork snapshot reaches v5.23. So the last recorded run used the newest
-#     upstream main commit found, 2b296305d7bcf040831661b7b689e13a2e2e8d67 (2026-08-20, 5.16.0.dev0, "[wav2vec2]
-#     Support attn_implementation=sdpa dispatch (#46196)"), as contained in the zucchini-nlp/transformers snapshot:
-#       TRANSFORMERS_REPO=<that git dir> TRANSFORMERS_REF=2b296305d7bcf040831661b7b689e13a2e2e8d67 tests/hf_common/run.sh
-#     The sdist files (test_modeling_common.py, ...) are v5.23.0's own.
+#     The sdist files (test_modeling_common.py, ...) are the installed version's own.
 #   - Patches applied to the copies (minimal; transformers' own CI runs them from the repo root):
 #       1. generation/test_utils.py: `from tests.exporters.test_export import` -> `from ..exporters.test_export import`
 #          (our repository has its own `tests` package; everything else in transformers' tests is relative).
@@ -31,7 +25,7 @@
 #       3. src/transformers -> symlink to the installed package (test_pipeline_mixin.py imports it from there).
 #       4. pytest.ini registering transformers' markers (their root conftest.py/pyproject.toml are not copied).
 #
-# Test dependencies: parameterized, pytest-timeout (pip install parameterized pytest-timeout).
+# Test dependencies: parameterized, pytest-timeout (in the dev extra).
 # Usage: tests/hf_common/run.sh [extra pytest args]      e.g. RUN_MARIAN=1 tests/hf_common/run.sh -x
 set -euo pipefail
 
@@ -65,9 +59,20 @@ if [[ -n "${TRANSFORMERS_REPO:-}" ]]; then
     for f in $(git -C "$TRANSFORMERS_REPO" ls-tree -r --name-only "$ref" utils/test_module); do
         git -C "$TRANSFORMERS_REPO" show "$ref:$f" > "$DIR/$f"
     done
+else
+    SOURCE="${TRANSFORMERS_TESTS_SOURCE:-$REPO_ROOT/../shared/transformers_tests}"
+    for f in "${FROM_REPO[@]}" utils/test_module/__init__.py utils/test_module/custom_configuration.py; do
+        [[ -f "$SOURCE/$f" ]] || continue
+        mkdir -p "$DIR/$(dirname "$f")"
+        cp "$SOURCE/$f" "$DIR/$f"
+        chmod u+w "$DIR/$f"
+    done
 fi
 for f in "${FROM_REPO[@]}"; do
-    [[ -f "$DIR/$f" ]] || { echo "missing $DIR/$f: set TRANSFORMERS_REPO to a transformers checkout" >&2; exit 1; }
+    [[ -f "$DIR/$f" ]] || {
+        echo "missing $DIR/$f: set TRANSFORMERS_TESTS_SOURCE or TRANSFORMERS_REPO (see the top of this script)" >&2
+        exit 1
+    }
 done
 [[ -f "$DIR/tests/__init__.py" ]] || : > "$DIR/tests/__init__.py"
 
