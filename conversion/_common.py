@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast
 
+from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.files import replaced_folder
-from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal

@@ -32,7 +32,8 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.modeling_vanilla_transformer import plain_kernels, sinusoid_table
+from hf_vanilla_transformer.cpu_inference import plain_kernels
+from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 from ._common import KeyRule, apply_key_map, load_with_key_map, model_card, verify_logits, write_folder
 
