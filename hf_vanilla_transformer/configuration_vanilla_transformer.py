@@ -177,7 +177,22 @@ class VanillaTransformerConfig(PretrainedConfig):
         self.validate()
 
     def validate(self) -> None:
-        """Check every field; each error names the field, the value and the fix."""
+        """Run every `validate_*` class validator, transformers' own (`validate_output_attentions`,
+        `validate_layer_type`, ...) and this config's (`validate_architecture`, `validate_token_ids`, which extend
+        transformers' hooks of those names), in name order: architecture first.
+
+        This is what the `validate` that `@strict` installs does, except for the error type: `@strict` wraps each
+        validator's ValueError in a `StrictDataclassClassValidationError` (not a ValueError) and adds type checks
+        on assignment that raise one before these checks can name the fix; callers and the CLI rely on one
+        ValueError whose message names the field, the value and the fix. So the class is not decorated with
+        `@strict`, and this method (which `PreTrainedConfig.save_pretrained` also calls) runs the same hooks."""
+        for name in sorted(dir(self)):
+            if name.startswith("validate_") and callable(validator := getattr(self, name)):
+                validator()
+
+    def validate_architecture(self) -> None:
+        """Check every field but the special tokens; each error names the field, the value and the fix. Then
+        transformers' own architecture check."""
         for name in (*_POSITIVE_INTS, "decoder_vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -215,6 +230,10 @@ class VanillaTransformerConfig(PretrainedConfig):
                 "but `share_encoder_decoder_embeddings=True` needs one shared vocabulary (§3.4). Set "
                 "share_encoder_decoder_embeddings=False for separate vocabularies."
             )
+        super().validate_architecture()
+
+    def validate_token_ids(self) -> None:
+        """Special token ids are None or inside the vocabulary (transformers' own check only warns)."""
         for name in ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -227,6 +246,7 @@ class VanillaTransformerConfig(PretrainedConfig):
                     f"`{name}` must lie inside the vocabulary [0, {limit}) set by {sizes}, got {value}. Use the id "
                     "your tokenizer gives this token, or enlarge the vocabulary."
                 )
+        super().validate_token_ids()
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> Any:

@@ -1,18 +1,19 @@
-"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need" (arXiv:1706.03762): one file, in paper order.
+"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need" (arXiv:1706.03762), in paper order: eq. (1)
+attention, §3.2.2 multi-head attention, §3.3 feed-forward, §3.4 embeddings, §3.5 positions, the layers, encoder and
+decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
-This file imports only torch and transformers, so that a saved folder loads with `trust_remote_code=True`.
+Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
+input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss),
+cpu_inference.py (oneDNN-packed weights for CPU inference: speed only, plugged in by `post_init`) and
+generation_vanilla_transformer.py (§6.1 decoding).
 """
 
-import contextlib
-import inspect
 import math
 import os
 import shutil
-import warnings
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,21 +36,23 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import PaperGenerationMixin
+from .cpu_inference import use_packed_linears
+from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
+from .input_checks import (
+    check_embeddings,
+    check_encoder_states,
+    check_labels,
+    check_loss_options,
+    check_mask,
+    check_token_ids,
+    check_weight_files,
+)
+from .label_smoothed_loss import linear_label_smoothed_cross_entropy
 
 PIPELINE_FILE = "pipeline_vanilla_translation.py"
 # transformers 5.24 renamed the outputs' `past_key_values` field to `cache`; the old name still works there but logs a
 # deprecation warning on every run, so outputs are built and read under the installed version's name.
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher forcing (§3.1: "output embeddings are offset by one position"): the decoder input is the target
-    shifted right behind the start token; -100 (ignored label) becomes padding."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 def eager_attention_forward(
@@ -75,117 +78,6 @@ def eager_attention_forward(
     attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, H, T, Dh) -> (B, T, H, Dh)
     return attn_output, attn_weights
-
-
-# oneDNN-packed copies of linear weights for CPU inference (`inference_linear`), by id of the weight and then by
-# dtype, each dropped when its weight is freed. Kept outside the modules: packed tensors are opaque (no storage), so a
-# deep copy or pickle of a model holding one would fail.
-_PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor]]] = {}
-
-
-def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `inference_linear` may multiply by a packed weight, or None where it must not: on the CPU,
-    no gradient wanted, not under torch.compile (which packs weights itself), torch.export or torch.jit.trace (their
-    graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
-    and weights) where oneDNN has bf16 kernels."""
-    if not (
-        not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-        and hidden_states.device.type == weight.device.type == "cpu"
-        and hidden_states.numel() > 0
-        and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    ):
-        return None
-    if torch.is_autocast_enabled("cpu"):
-        # Autocast's linear casts the input, the weight and the bias to its dtype; float32 ones only.
-        dtype = torch.get_autocast_dtype("cpu")
-        inputs_castable = {hidden_states.dtype, weight.dtype} <= {torch.float32, dtype}
-    else:
-        dtype = weight.dtype
-        inputs_castable = hidden_states.dtype == dtype
-    if not inputs_castable:
-        return None
-    if dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        return dtype
-    return None
-
-
-def calls_plain_forward(module: nn.Module) -> bool:
-    """True where `module(x)` would only run `nn.Linear.forward`: exactly an `nn.Linear` (not a PEFT, quantized or
-    other subclass), no hooks of its own or global ones, no per-instance forward (accelerate's offloading sets one)."""
-    hooks = torch.nn.modules.module
-    return (
-        type(module) is nn.Linear
-        and "forward" not in module.__dict__
-        and not (module._forward_hooks or module._forward_pre_hooks)
-        and not (module._backward_hooks or module._backward_pre_hooks)
-        and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
-        and not (hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
-    )
-
-
-# Below this many multiply-adds in float32, oneDNN's fixed cost per call (~13 µs) outweighs what the packed layout
-# saves: one row of a 256 × 256 layer takes 16 µs packed against 7 µs through `F.linear`, 16 rows 20 against 18 µs;
-# 16 rows of 256 × 1024 (4.2 M) 36 against 68 µs; one row of the 256 × 8000 output projection (2 M) 73 against
-# 142 µs (bench/packed_projection.py, AMD EPYC with AVX-512, 2 threads).
-PACKED_LINEAR_MIN_MACS = 1_500_000
-
-
-def inference_linear(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`module(hidden_states)`; for CPU inference in bfloat16 (autocast or bf16 weights), or in float32 for products
-    of at least `PACKED_LINEAR_MIN_MACS` multiply-adds, `packed_linear`.
-
-    For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
-    (bench/packed_projection.py). It costs one more copy of the weights in memory (per dtype used). The result
-    equals `module(hidden_states)` up to float32 rounding (bf16: the rounding of autocast's linear); `plain_kernels`
-    (or `torch.backends.mkldnn.flags(enabled=False)`) turns it off."""
-    weight = module.weight if calls_plain_forward(module) else None
-    # A weight made under torch.inference_mode has no version counter to watch; a tensor subclass has its own ops.
-    if weight is None or type(weight) not in (nn.Parameter, torch.Tensor) or weight.is_inference():
-        return module(hidden_states)
-    dtype = inference_linear_dtype(hidden_states, weight)
-    return module(hidden_states) if dtype is None else packed_linear(module, hidden_states, dtype)
-
-
-def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `inference_linear` multiplies by a packed weight, or None for the plain linear:
-    `packed_linear_dtype`, and in float32 only products of at least `PACKED_LINEAR_MIN_MACS` multiply-adds (under
-    bf16 autocast the packed product wins at every size: it skips autocast's casts)."""
-    dtype = packed_linear_dtype(hidden_states, weight)
-    if dtype == torch.float32 and hidden_states.numel() * weight.shape[0] < PACKED_LINEAR_MIN_MACS:
-        return None
-    return dtype
-
-
-def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
-    again after every change to the weight (its version counter or storage changes). No checks: see
-    `inference_linear`."""
-    weight = module.weight
-    key = (weight._version, weight.data_ptr())
-    by_dtype = _PACKED_WEIGHTS.get(id(weight))
-    if by_dtype is None:
-        by_dtype = _PACKED_WEIGHTS[id(weight)] = {}
-        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
-    kept = by_dtype.get(dtype)
-    if kept is None or kept[0] != key:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
-        kept = by_dtype[dtype] = (key, packed)
-    bias = None if module.bias is None else module.bias.to(dtype)
-    return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
-
-
-@contextlib.contextmanager
-def plain_kernels() -> Iterator[None]:
-    """Within the block, every layer runs its own `nn.Linear` forward: `inference_linear`'s packed path is off
-    (oneDNN is switched off; the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-        with torch.backends.mkldnn.flags(enabled=False):
-            yield
 
 
 class VanillaTransformerAttention(nn.Module):
@@ -230,7 +122,7 @@ class VanillaTransformerAttention(nn.Module):
         is_cross_attention = key_value_states is not None
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, self.num_heads, self.head_dim)  # explicit H: -1 is ambiguous for B = 0
-        query_states = inference_linear(self.q_proj, hidden_states)
+        query_states = self.q_proj(hidden_states)
         query_states = query_states.view(hidden_shape).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
 
         cache: Cache | None = None
@@ -251,8 +143,8 @@ class VanillaTransformerAttention(nn.Module):
         else:
             current_states = key_value_states if is_cross_attention else hidden_states
             kv_shape = (*current_states.shape[:-1], self.num_heads, self.head_dim)
-            key_states = inference_linear(self.k_proj, current_states)
-            value_states = inference_linear(self.v_proj, current_states)
+            key_states = self.k_proj(current_states)
+            value_states = self.v_proj(current_states)
             key_states = key_states.view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
             value_states = value_states.view(kv_shape).transpose(1, 2)  # (B, L, D) -> (B, H, L, Dh)
             if cache is not None:
@@ -274,7 +166,40 @@ class VanillaTransformerAttention(nn.Module):
             **kwargs,
         )
         attn_output = attn_output.reshape(*input_shape, self.embed_dim).contiguous()  # (B, T, H, Dh) -> (B, T, D)
-        return inference_linear(self.out_proj, attn_output), attn_weights
+        return self.out_proj(attn_output), attn_weights
+
+
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers share: the §3.3 position-wise feed-forward network, eq. (2)
+    FFN(x) = max(0, x W1 + b1) W2 + b2 (`fc1`, `fc2`, set by each layer), as the last sub-layer."""
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """LayerNorm(x + Dropout(FFN(x))) (§3.1, §5.4), or x + Dropout(FFN(LayerNorm(x))) with `normalize_before`.
+        hidden_states (B, T, D) -> (B, T, D)."""
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = self.fc2(hidden_states)
+        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+def embed(
+    stack: "VanillaTransformerEncoder | VanillaTransformerDecoder",
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    name: str,
+) -> torch.Tensor:
+    """§3.4 Embeddings: look up (or take) the embeddings and multiply them by √d_model. Returns (B, T, D)."""
+    check_token_ids(input_ids, inputs_embeds, stack.embed_tokens.num_embeddings, name)
+    if input_ids is not None:
+        inputs_embeds = stack.embed_tokens(input_ids)
+    check_embeddings(inputs_embeds, name)
+    return inputs_embeds * stack.embed_scale
 
 
 def sinusoid_table(num_positions: int, dim: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
@@ -377,7 +302,7 @@ def build_layer_norm(config: VanillaTransformerConfig) -> nn.Module:
     return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
 
-class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
     """§3.1 Encoder layer, Figure 1 (left): self-attention then the position-wise FFN (§3.3, eq. (2)), each as
     LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
     Deviation: `normalize_before` gives x + Dropout(Sublayer(LayerNorm(x)))."""
@@ -410,20 +335,10 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
-        # Fully Connected, eq. (2): max(0, x W1 + b1) W2 + b2
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.activation_fn(inference_linear(self.fc1, hidden_states))
-        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
-        hidden_states = inference_linear(self.fc2, hidden_states)
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        return self.feed_forward(hidden_states)  # §3.3, eq. (2)
 
 
-class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     """§3.1 Decoder layer, Figure 1 (right): masked self-attention, encoder-decoder attention (§3.2.3), FFN, each
     as LayerNorm(x + Dropout(Sublayer(x))). Deviation: `normalize_before` (pre-LN)."""
 
@@ -478,17 +393,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         if not self.normalize_before:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
-        # Fully Connected, eq. (2)
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.activation_fn(inference_linear(self.fc1, hidden_states))
-        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
-        hidden_states = inference_linear(self.fc2, hidden_states)
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        return self.feed_forward(hidden_states)  # §3.3, eq. (2)
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -504,6 +409,12 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
+
+    def post_init(self) -> None:
+        super().post_init()
+        # Speed only, the one place the CPU kernels plug in: in CPU inference every nn.Linear multiplies by a
+        # oneDNN-packed copy of its weight where that pays (cpu_inference.py); results as nn.Linear's.
+        use_packed_linears(self)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -562,31 +473,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         pipeline_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), PIPELINE_FILE)
         if os.path.isfile(pipeline_file) and "auto_map" in self.config.to_dict():
             shutil.copy(pipeline_file, os.path.join(save_directory, PIPELINE_FILE))
-
-
-def check_weight_files(directory: str) -> None:
-    """Open every safetensors file of a local folder before transformers does, so that a truncated or corrupted file,
-    or a non-float weight (which would be cast silently), is reported with its file and key."""
-    from safetensors import SafetensorError, safe_open
-
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".safetensors"):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            with safe_open(path, "pt") as weights:
-                for key in weights.keys():
-                    dtype = weights.get_slice(key).get_dtype()
-                    if dtype not in ("F64", "F32", "F16", "BF16"):
-                        raise ValueError(
-                            f"{path}: tensor `{key}` has dtype {dtype}; model weights must be floating point. "
-                            "The file is not a checkpoint of this model, or it was damaged."
-                        )
-        except SafetensorError as error:
-            raise ValueError(
-                f"{path} is not a readable safetensors file ({error}). It is truncated or corrupted: download or "
-                "save it again."
-            ) from error
 
 
 class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
@@ -674,13 +560,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         encoder_hidden_states (B, S, D); encoder_attention_mask (B, S). Returns last_hidden_state (B, T, D)."""
         past_key_values = cache_argument(past_key_values, kwargs)
         inputs_embeds = embed(self, input_ids, inputs_embeds, "decoder_input_ids")
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states`: run the encoder first (or pass input_ids).")
-        if encoder_hidden_states.shape[0] != inputs_embeds.shape[0]:
-            raise ValueError(
-                f"Batch sizes differ: {encoder_hidden_states.shape[0]} source rows but {inputs_embeds.shape[0]} "
-                "target rows. Pass as many decoder_input_ids rows as input_ids rows."
-            )
+        check_encoder_states(encoder_hidden_states, inputs_embeds)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         seq_length = inputs_embeds.shape[1]
@@ -704,8 +584,8 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             causal_mask = None
         else:
             causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
-        encoder_attention_mask = self.cross_attention_mask(
-            encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
+        encoder_attention_mask = cross_attention_mask(
+            self.config, encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
@@ -725,42 +605,6 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values}
         )
 
-    def cross_attention_mask(
-        self,
-        encoder_attention_mask: torch.Tensor | None,
-        inputs_embeds: torch.Tensor,
-        encoder_hidden_states: torch.Tensor,
-        past_key_values: Cache | None,
-    ) -> torch.Tensor | None:
-        """The encoder-decoder attention mask (no attention to source padding), built once per generation: every
-        decoding step brings the same source mask, so the mask of the first step is kept with the cache and reused
-        while the source mask, the number of new positions, the dtype and the attention backend stay the same."""
-        if past_key_values is None or torch.compiler.is_compiling():
-            return create_bidirectional_mask(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=encoder_attention_mask,
-                encoder_hidden_states=encoder_hidden_states,
-            )
-        source_mask = encoder_attention_mask
-        key = (
-            None if source_mask is None or source_mask.is_inference() else source_mask._version,  # edited in place?
-            tuple(encoder_hidden_states.shape[:2]),
-            inputs_embeds.shape[1],
-            inputs_embeds.dtype,
-            self.config._attn_implementation,
-        )
-        kept = getattr(past_key_values, "vanilla_transformer_cross_attention_mask", None)
-        if kept is None or kept[0] is not source_mask or kept[1] != key:
-            mask = create_bidirectional_mask(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=source_mask,
-                encoder_hidden_states=encoder_hidden_states,
-            )
-            kept = past_key_values.vanilla_transformer_cross_attention_mask = (source_mask, key, mask)
-        return kept[2]
-
 
 def cache_argument(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
     """The decoder cache, under either name: `generate()` passes it as `past_key_values` up to transformers 5.23 and
@@ -769,53 +613,6 @@ def cache_argument(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cac
     if cache is not None and past_key_values is not None:
         raise ValueError("Pass the decoder cache once, as `cache` or as `past_key_values`, not both.")
     return past_key_values if past_key_values is not None else cache
-
-
-def embed(
-    stack: VanillaTransformerEncoder | VanillaTransformerDecoder,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    name: str,
-) -> torch.Tensor:
-    """§3.4 Embeddings: look up (or take) the embeddings and multiply them by √d_model. Returns (B, T, D)."""
-    if (input_ids is None) == (inputs_embeds is None):
-        got = "both" if input_ids is not None else "neither"
-        raise ValueError(f"Pass exactly one of `{name}` or its `*inputs_embeds` (got {got}).")
-    if input_ids is not None:
-        if input_ids.dim() != 2:
-            raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(input_ids.shape)}.")
-        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-            raise ValueError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}.")
-        vocab = stack.embed_tokens.num_embeddings
-        # One pass and one read-back; skipped while torch.compile traces (a data-dependent graph break).
-        checked = input_ids.numel() and not torch.compiler.is_compiling()
-        low, high = (int(v) for v in torch.aminmax(input_ids)) if checked else (0, 0)
-        if low < 0 or high >= vocab:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"`{name}` holds token id {bad}, outside the vocabulary [0, {vocab}). Use the tokenizer saved "
-                "with this model (labels of -100 belong in `labels`, not in the inputs)."
-            )
-        inputs_embeds = stack.embed_tokens(input_ids)
-    if inputs_embeds.shape[0] == 0:
-        raise ValueError(
-            f"`{name}` is an empty batch (shape {tuple(inputs_embeds.shape[:2])}); pass at least one row."
-        )
-    if inputs_embeds.shape[1] == 0:
-        raise ValueError(
-            f"`{name}` has no positions (shape {tuple(inputs_embeds.shape[:2])}); every row needs at least one token, "
-            "e.g. </s> for an empty sentence."
-        )
-    return inputs_embeds * stack.embed_scale
-
-
-def check_mask(attention_mask: torch.Tensor | None, inputs_embeds: torch.Tensor, name: str) -> None:
-    """A mask whose shape disagrees with the inputs fails deep inside the attention; say so here instead."""
-    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape != inputs_embeds.shape[:2]:
-        raise ValueError(
-            f"`{name}` has shape {tuple(attention_mask.shape)} but the inputs have shape "
-            f"{tuple(inputs_embeds.shape[:2])}. Pass the mask the tokenizer returned with these input_ids."
-        )
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -894,6 +691,15 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing (§3.1: "output embeddings are offset by one position"): the decoder input is the target
+    shifted right behind the start token; -100 (ignored label) becomes padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
@@ -946,13 +752,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         the (B, T, V) logits, and returns `logits=None`: the training path."""
         past_key_values = cache_argument(past_key_values, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(
-                f"`label_smoothing` must be in [0, 1), got {label_smoothing}. The paper uses 0.1 (§5.4); pass 0.0 "
-                "for plain cross-entropy."
-            )
-        if skip_logits and labels is None:
-            raise ValueError("`skip_logits=True` needs `labels`: without a loss to compute there is no output.")
+        check_loss_options(label_smoothing, skip_logits, labels)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -971,13 +771,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         )
         hidden_states = outputs.last_hidden_state
         loss = logits = None
-        if labels is not None and labels.shape != hidden_states.shape[:2]:
-            raise ValueError(
-                f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(hidden_states.shape[:2])}. "
-                "Pass labels with one id per decoder position."
-            )
+        check_labels(labels, hidden_states)
         if not skip_logits:
-            logits = inference_linear(self.lm_head, hidden_states)
+            logits = self.lm_head(hidden_states)
         if labels is not None:
             labels = labels.to(hidden_states.device)
             if not skip_logits:
@@ -1024,103 +820,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq` so that the Trainer's label smoothing sees decoder inputs."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-
-# transformers reads the forward's signature at every generation step of a model that can be saved as remote code (to
-# see whether it still takes `cache_position`); worked out through the decorators, that is a tenth of a millisecond
-# and more per step on a CPU. Computed once here, the same signature is read back at once.
-VanillaTransformerForConditionalGeneration.forward.__signature__ = inspect.signature(
-    VanillaTransformerForConditionalGeneration.forward
-)
-
-
-class _LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
-    """The summed §5.4 loss of `hidden @ weight.T + bias` and its gradients, computed together in row chunks.
-
-    The loss is scalar, so its gradients are known in the forward pass: per chunk, the logits (n, V) in the compute
-    dtype, then in fp32 the log-normaliser, the loss and d loss / d logits = softmax - q (q: 1 - ε on the label plus
-    ε / V everywhere, zero for ignored rows), then the two gradient GEMMs. The same three GEMMs as the unfused head;
-    the fp32 (B*T, V) logits, log-probabilities and their gradients are never materialised.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        hidden_states: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        labels: torch.Tensor,
-        label_smoothing: float,
-        compute_dtype: torch.dtype,
-        chunk_size: int,
-    ) -> torch.Tensor:
-        vocab = weight.shape[0]
-        needs_grad = any(ctx.needs_input_grad[:3])
-        weight_c = weight.to(compute_dtype)
-        bias_c = None if bias is None else bias.to(compute_dtype)
-        total = torch.zeros((), dtype=torch.float32, device=hidden_states.device)
-        grad_hidden = torch.empty_like(hidden_states) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if ctx.needs_input_grad[2] else None
-        for start in range(0, hidden_states.shape[0], chunk_size):
-            hidden_c = hidden_states[start : start + chunk_size].to(compute_dtype)  # (n, D)
-            labels_c = labels[start : start + chunk_size]
-            keep = labels_c.ne(-100)
-            targets = labels_c.clamp(min=0).unsqueeze(1)  # (n, 1)
-            logits = nn.functional.linear(hidden_c, weight_c, bias_c).float()  # (n, V)
-            log_normaliser = torch.logsumexp(logits, dim=-1)  # (n,)
-            # -log p(label) and the mean over the vocabulary of -log p(v), per row.
-            nll = log_normaliser - logits.gather(1, targets).squeeze(1)
-            smooth = log_normaliser - logits.mean(dim=-1)
-            total += torch.where(keep, (1.0 - label_smoothing) * nll + label_smoothing * smooth, 0.0).sum()
-            if not needs_grad:
-                continue
-            grad_logits = logits.sub_(log_normaliser.unsqueeze(1)).exp_().sub_(label_smoothing / vocab)  # (n, V)
-            grad_logits.scatter_add_(1, targets, torch.full_like(targets, label_smoothing - 1.0, dtype=torch.float32))
-            grad_logits.mul_(keep.unsqueeze(1))
-            if grad_bias is not None:
-                grad_bias += grad_logits.sum(dim=0)
-            grad_logits = grad_logits.to(compute_dtype)
-            if grad_hidden is not None:
-                grad_hidden[start : start + chunk_size] = grad_logits @ weight_c  # (n, V) @ (V, D) -> (n, D)
-            if grad_weight is not None:
-                grad_weight += (grad_logits.T @ hidden_c).float()  # (V, n) @ (n, D) -> (V, D)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        ctx.dtypes = (hidden_states.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return total
-
-    @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        grads = [
-            None if grad is None else (grad * grad_output).to(dtype)
-            for grad, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)
-        ]
-        return (*grads, None, None, None, None)
-
-
-def linear_label_smoothed_cross_entropy(
-    hidden_states: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    labels: torch.Tensor,
-    label_smoothing: float = 0.0,
-    chunk_size: int = 1024,
-) -> torch.Tensor:
-    """§5.4 label-smoothed cross-entropy of the §3.4 pre-softmax projection, summed over the rows whose label is
-    not -100: for each row, (1 - ε) (-log p(label)) + ε mean_v (-log p(v)), as `nn.functional.cross_entropy(
-    hidden_states @ weight.T + bias, labels, label_smoothing=ε, reduction="sum")`. hidden_states (N, D), weight (V, D),
-    bias (V,) or None, labels (N,). Under autocast the GEMMs run in the autocast dtype, as `nn.Linear` would; the
-    softmax and the loss in fp32. `chunk_size` rows at a time, so memory is (chunk_size, V), not (N, V)."""
-    if chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive number of rows, got {chunk_size}.")
-    device_type = hidden_states.device.type
-    compute_dtype = (
-        torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
-    )
-    with torch.autocast(device_type, enabled=False):  # the dtypes are chosen above; the fp32 parts must stay fp32
-        return _LinearLabelSmoothedCrossEntropy.apply(
-            hidden_states, weight, bias, labels, label_smoothing, compute_dtype, chunk_size
-        )
 
 
 __all__ = [

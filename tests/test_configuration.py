@@ -112,3 +112,18 @@ def test_unknown_preset_lists_choices() -> None:
 def test_separate_vocabularies_are_allowed_when_not_shared() -> None:
     config = VanillaTransformerConfig(share_encoder_decoder_embeddings=False, vocab_size=100, decoder_vocab_size=50)
     assert (config.vocab_size, config.decoder_vocab_size) == (100, 50)
+
+
+def test_transformers_own_validators_run_beside_ours(tmp_path) -> None:
+    """`validate` runs every `validate_*` hook of transformers' `@strict` mechanism, not only this config's checks:
+    transformers' `validate_output_attentions` refuses attention weights from a backend that cannot return them,
+    at construction and again when a changed config is saved."""
+    with pytest.raises(ValueError, match=r"`output_attentions` attribute is not supported .* sdpa"):
+        VanillaTransformerConfig(output_attentions=True, attn_implementation="sdpa")
+    config = VanillaTransformerConfig(output_attentions=True, attn_implementation="eager")
+    config._attn_implementation = "sdpa"
+    with pytest.raises(ValueError, match="`output_attentions` attribute is not supported"):
+        config.save_pretrained(tmp_path)
+    # Our own hooks extend transformers' of the same name; their messages come first.
+    with pytest.raises(ValueError, match=r"`d_model` \(100\) must be divisible by `encoder_attention_heads` \(8\)"):
+        VanillaTransformerConfig(d_model=100)

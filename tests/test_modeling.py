@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import pickle
 
 import pytest
 import torch
@@ -10,14 +11,10 @@ from safetensors import safe_open
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
-from hf_vanilla_transformer.modeling_vanilla_transformer import (
-    _PACKED_WEIGHTS,
-    inference_linear,
-    linear_label_smoothed_cross_entropy,
-    sinusoid_table,
-)
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel, cpu_inference
+from hf_vanilla_transformer.cpu_inference import _PACKED_WEIGHTS, inference_linear
+from hf_vanilla_transformer.label_smoothed_loss import linear_label_smoothed_cross_entropy
+from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
 from .conftest import VOCAB, random_batch, tiny_model
 
@@ -71,63 +68,94 @@ def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 
 
+def plain_linear(layer: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """What `nn.Linear.forward` computes, whatever forward the layer was given."""
+    return torch.nn.functional.linear(hidden, layer.weight, layer.bias)
+
+
 @needs_onednn
 def test_cpu_inference_linear_uses_a_packed_weight_equal_to_the_linear(monkeypatch) -> None:
+    """The model's layers, called as the model calls them (`self.lm_head(hidden)`), take the packed path."""
     model = tiny_model()
     lm_head = model.lm_head
     hidden = torch.randn(3, 5, 32)
     with torch.no_grad():
         # A float32 product below the size threshold takes the plain linear; the tiny model's are all below it.
-        assert hidden.numel() * lm_head.out_features < modeling.PACKED_LINEAR_MIN_MACS
-        assert torch.equal(inference_linear(lm_head, hidden), lm_head(hidden))
+        assert hidden.numel() * lm_head.out_features < cpu_inference.PACKED_LINEAR_MIN_MACS
+        assert torch.equal(lm_head(hidden), plain_linear(lm_head, hidden))
         assert id(lm_head.weight) not in _PACKED_WEIGHTS
-        monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", hidden.numel() * lm_head.out_features)
-        packed = inference_linear(lm_head, hidden)
+        monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", hidden.numel() * lm_head.out_features)
+        packed = lm_head(hidden)
         assert torch.float32 in _PACKED_WEIGHTS[id(lm_head.weight)]
-        torch.testing.assert_close(packed, lm_head(hidden), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(packed, plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
         # A change to the weight in place (an optimizer step, load_state_dict) is seen: no stale packed copy.
         lm_head.weight.mul_(-2.0)
-        torch.testing.assert_close(inference_linear(lm_head, hidden), lm_head(hidden), atol=1e-5, rtol=1e-5)
-        with torch.backends.mkldnn.flags(enabled=False):
-            assert torch.equal(inference_linear(lm_head, hidden), lm_head(hidden))
+        torch.testing.assert_close(lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
+        with cpu_inference.plain_kernels():
+            assert torch.equal(lm_head(hidden), plain_linear(lm_head, hidden))
+        # A layer called directly (one the model did not set up) follows the same rules through inference_linear.
+        layer = torch.nn.Linear(32, lm_head.out_features)
+        torch.testing.assert_close(inference_linear(layer, hidden), layer(hidden), atol=1e-5, rtol=1e-5)
+        assert torch.float32 in _PACKED_WEIGHTS[id(layer.weight)]
     # Training takes the plain linear (gradients flow to the tied embedding); the packed copy does not break copies.
     hidden.requires_grad_(True)
-    logits = inference_linear(lm_head, hidden)
-    assert torch.equal(logits, lm_head(hidden))
+    logits = lm_head(hidden)
+    assert torch.equal(logits, plain_linear(lm_head, hidden))
     logits.sum().backward()
     assert model.model.shared.weight.grad is not None and hidden.grad is not None
     copied = copy.deepcopy(model)
     with torch.no_grad():
-        torch.testing.assert_close(inference_linear(copied.lm_head, hidden), lm_head(hidden), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(copied.lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
+    assert id(copied.lm_head.weight) in _PACKED_WEIGHTS  # the copy's own layer was packed, not the original's
     weight_id = id(copied.lm_head.weight)
     del copied
-    assert weight_id not in _PACKED_WEIGHTS  # freed with its weight
+    assert weight_id not in _PACKED_WEIGHTS  # freed with its weight, at once (no reference cycle)
     # A weight made under inference mode (no version counter) takes the plain linear.
     with torch.inference_mode():
         made_there = tiny_model()
-        assert torch.equal(inference_linear(made_there.lm_head, hidden), made_there.lm_head(hidden))
+        assert torch.equal(made_there.lm_head(hidden), plain_linear(made_there.lm_head, hidden))
+        assert id(made_there.lm_head.weight) not in _PACKED_WEIGHTS
+
+
+def test_packed_layers_can_be_pickled() -> None:
+    """`torch.save(model)` pickles the installed forwards (a weak reference alone would not pickle); each one is
+    rebuilt around its own layer. (Loading a pickle back is left out: the repository never reads one.)"""
+    model = tiny_model()
+    assert pickle.dumps(model)
+    layer = model.lm_head
+    rebuild, args = layer.forward.__reduce__()
+    assert rebuild(*args).layer() is layer
 
 
 @needs_onednn
 def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forward(monkeypatch) -> None:
-    """Hooks (PEFT, offloading, output recorders), a per-instance forward (accelerate's offloading) and subclasses
-    (quantized layers) must run as called: the result shows that their code ran."""
-    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    """Hooks (PEFT, offloading, output recorders), another per-instance forward (accelerate's offloading) and
+    subclasses (quantized layers) must run as called, around the plain linear: the result shows that their code ran
+    (equal bit for bit: the packed product would differ by rounding)."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
     layer = tiny_model().model.decoder.layers[0].fc1
     hidden = torch.randn(2, 3, 32)
     with torch.no_grad():
-        plain = layer(hidden)
+        plain = plain_linear(layer, hidden)
         handle = layer.register_forward_hook(lambda module, args, output: output + 1.0)
-        assert torch.equal(inference_linear(layer, hidden), plain + 1.0)
+        assert torch.equal(layer(hidden), plain + 1.0)
+        handle.remove()
+        handle = layer.register_forward_pre_hook(lambda module, args: (args[0] * 2.0,))
+        assert torch.equal(layer(hidden), plain_linear(layer, 2.0 * hidden))
         handle.remove()
         handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: output * 0.0)
         try:
-            assert not inference_linear(layer, hidden).any()
+            assert not layer(hidden).any()
         finally:
             handle.remove()
-        layer.forward = lambda x: torch.nn.Linear.forward(layer, x) - 1.0
+        assert id(layer.weight) not in _PACKED_WEIGHTS  # the hooked layer never took the packed path
+        # An offloading wrapper (as accelerate's) keeps the installed forward and calls it: the plain linear runs.
+        installed = layer.forward
+        layer.forward = lambda x: installed(x) - 1.0
+        assert torch.equal(layer(hidden), plain - 1.0)
         assert torch.equal(inference_linear(layer, hidden), plain - 1.0)
-        del layer.forward
+        layer.forward = installed
+        assert id(layer.weight) not in _PACKED_WEIGHTS
 
         class Doubled(torch.nn.Linear):
             def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -135,14 +163,19 @@ def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forw
 
         doubled = Doubled(32, 64)
         doubled.load_state_dict(layer.state_dict())
+        cpu_inference.use_packed_linears(doubled)
+        assert torch.equal(doubled(hidden), 2.0 * plain)
         assert torch.equal(inference_linear(doubled, hidden), 2.0 * plain)
+        # Without hooks the same layer is packed again.
+        torch.testing.assert_close(layer(hidden), plain, atol=1e-5, rtol=1e-5)
+        assert id(layer.weight) in _PACKED_WEIGHTS
     assert id(doubled.weight) not in _PACKED_WEIGHTS
 
 
 @needs_onednn
 def test_traced_and_exported_graphs_hold_the_plain_linear(monkeypatch) -> None:
     """torch.jit.trace and torch.export record portable ops (for ONNX and other runtimes), not oneDNN's packed one."""
-    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
 
     class Projection(torch.nn.Module):
         def __init__(self) -> None:
@@ -150,7 +183,7 @@ def test_traced_and_exported_graphs_hold_the_plain_linear(monkeypatch) -> None:
             self.fc1 = tiny_model().model.decoder.layers[0].fc1
 
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-            return inference_linear(self.fc1, hidden)
+            return self.fc1(hidden)
 
     module, hidden = Projection().eval(), torch.randn(2, 3, 32)
     with torch.no_grad():
@@ -158,7 +191,20 @@ def test_traced_and_exported_graphs_hold_the_plain_linear(monkeypatch) -> None:
         exported = torch.export.export(module, (hidden,))
         for graph in (str(traced.graph), str(exported.graph)):
             assert "linear" in graph and "mkldnn" not in graph
-        torch.testing.assert_close(exported.module()(hidden), module.fc1(hidden))
+        torch.testing.assert_close(exported.module()(hidden), plain_linear(module.fc1, hidden))
+
+
+def test_compiled_forward_is_one_graph_on_the_cpu() -> None:
+    """torch.compile(fullgraph=True) of the model's forward in eval mode: the packed path's checks stay out of the
+    graph (transformers' test_generate_compile_model_forward_fullgraph), and the result is the eager one."""
+    model = tiny_model().eval()
+    batch = random_batch()
+    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    inputs["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")  # tracing is what may break; no C++ build
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits)
 
 
 @needs_onednn
@@ -167,17 +213,17 @@ def test_cpu_inference_linear_under_bf16_autocast_matches_autocast_linear() -> N
     layer = tiny_model().model.encoder.layers[0].fc2
     hidden = torch.randn(4, 7, 64)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = layer(hidden)
-        got = inference_linear(layer, hidden)
+        expected = plain_linear(layer, hidden)
+        got = layer(hidden)
         assert set(_PACKED_WEIGHTS[id(layer.weight)]) == {torch.bfloat16}  # a bf16 copy: the fp32 one is not made
     assert got.dtype == expected.dtype == torch.bfloat16
     torch.testing.assert_close(got, expected)  # bf16 tolerances: the same products, rounded to bf16
     # bf16 weights without autocast take the same path; a float32 input then stays an error, as for the linear.
     layer.bfloat16()
     with torch.no_grad():
-        torch.testing.assert_close(inference_linear(layer, hidden.bfloat16()), layer(hidden.bfloat16()))
+        torch.testing.assert_close(layer(hidden.bfloat16()), plain_linear(layer, hidden.bfloat16()))
         with pytest.raises(RuntimeError):
-            inference_linear(layer, hidden)
+            layer(hidden)
 
 
 @needs_onednn
@@ -185,16 +231,20 @@ def test_generation_packs_every_linear_and_matches_the_plain_layers(monkeypatch)
     """Every projection of a decoding step (attention, FFN, output) runs packed during `generate` on the CPU (the size
     threshold lowered for the tiny model), and the scores equal those of the plain `nn.Linear` layers up to float32
     rounding."""
-    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
     model = tiny_model(seed=2)
     batch = random_batch()
     kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=8)
     kwargs |= dict(num_beams=2, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    calls = []
+    packed_linear = cpu_inference.packed_linear
+    monkeypatch.setattr(cpu_inference, "packed_linear", lambda *args: calls.append(args[0]) or packed_linear(*args))
     packed = model.generate(**kwargs)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     assert len(linears) == 2 * 6 + 2 * 10 + 1  # 2 encoder layers, 2 decoder layers, the output projection
     assert all(torch.float32 in _PACKED_WEIGHTS.get(id(module.weight), {}) for module in linears)
-    with torch.backends.mkldnn.flags(enabled=False):
+    assert {id(layer) for layer in calls} == {id(layer) for layer in linears}
+    with cpu_inference.plain_kernels():
         plain = model.generate(**kwargs)
     assert torch.equal(packed.sequences, plain.sequences)
     torch.testing.assert_close(torch.stack(packed.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
@@ -490,7 +540,10 @@ def test_saved_config_carries_auto_map_and_translation_pipeline(tmp_path) -> Non
     code = {p.name for p in tmp_path.glob("*.py")}
     assert code == {
         "configuration_vanilla_transformer.py",
+        "cpu_inference.py",
         "generation_vanilla_transformer.py",
+        "input_checks.py",
+        "label_smoothed_loss.py",
         "modeling_vanilla_transformer.py",
         "pipeline_vanilla_translation.py",
     }

@@ -18,6 +18,9 @@ from .conftest import tiny_model, tiny_tokenizer
 CODE_FILES = {
     "configuration_vanilla_transformer.py",
     "modeling_vanilla_transformer.py",
+    "cpu_inference.py",
+    "input_checks.py",
+    "label_smoothed_loss.py",
     "generation_vanilla_transformer.py",
     "pipeline_vanilla_translation.py",
 }

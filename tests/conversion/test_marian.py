@@ -27,8 +27,7 @@ from transformers import (
 
 from conversion import marian
 from conversion.__main__ import main
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_inference
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 
@@ -167,14 +166,14 @@ def test_import_checks_fp32_logits_with_the_plain_kernels(
     """The fp32 check measures the conversion: our oneDNN-packed CPU inference path (forced on here for the tiny
     model) stays out of it, so an import of the same architecture still matches Marian exactly; outside the check
     the packed path runs and differs from Marian by float32 rounding only."""
-    monkeypatch.setattr(modeling, "PACKED_LINEAR_MIN_MACS", 0)
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
     ours = copy.deepcopy(marian.convert(import_args(opus_folder, tmp_path)))  # weights no packed copy was made of
     reference = MarianMTModel.from_pretrained(opus_folder)
     assert marian.compare(reference, ours, ATOL, ATOL, "MarianMTModel vs ours")["fp32"] == 0.0
-    assert id(ours.lm_head.weight) not in modeling._PACKED_WEIGHTS
+    assert id(ours.lm_head.weight) not in cpu_inference._PACKED_WEIGHTS
     inputs = marian.sample_inputs(ours.config, seed=1)
     packed = logits(ours, inputs)
-    assert id(ours.lm_head.weight) in modeling._PACKED_WEIGHTS
+    assert id(ours.lm_head.weight) in cpu_inference._PACKED_WEIGHTS
     torch.testing.assert_close(packed, logits(reference, inputs), atol=ATOL, rtol=0)
 
 

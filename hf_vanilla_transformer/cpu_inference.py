@@ -1,0 +1,177 @@
+"""CPU inference with oneDNN-packed linear weights: speed only, the results are those of `nn.Linear` up to float32
+rounding (bf16: the rounding of autocast's linear).
+
+`use_packed_linears(model)` (called once, from the model's `post_init`) gives every plain `nn.Linear` of the model an
+instance forward that multiplies by a packed copy of its weight when that is allowed and pays (`inference_linear`'s
+rules) and runs `F.linear` otherwise, so that the model's code reads `self.q_proj(hidden_states)`. For the few rows of
+a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs (bench/packed_projection.py); the packed
+copy costs one more copy of the weights in memory (per dtype used). `plain_kernels` (or
+`torch.backends.mkldnn.flags(enabled=False)`) turns it off. This file imports only torch: it is copied next to the
+model code (remote code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+# oneDNN-packed copies of linear weights, by id of the weight and then by dtype, each dropped when its weight is freed.
+# Kept outside the modules: packed tensors are opaque (no storage), so a deep copy or pickle of a model holding one
+# would fail.
+_PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor]]] = {}
+
+# Below this many multiply-adds in float32, oneDNN's fixed cost per call (~13 µs) outweighs what the packed layout
+# saves: one row of a 256 × 256 layer takes 16 µs packed against 7 µs through `F.linear`, 16 rows 20 against 18 µs;
+# 16 rows of 256 × 1024 (4.2 M) 36 against 68 µs; one row of the 256 × 8000 output projection (2 M) 73 against
+# 142 µs (bench/packed_projection.py, AMD EPYC with AVX-512, 2 threads).
+PACKED_LINEAR_MIN_MACS = 1_500_000
+
+
+class PackedForward:
+    """The instance forward `use_packed_linears` gives one `nn.Linear`: `packed_forward(layer, input)`.
+
+    It holds its layer weakly (a strong reference would be a cycle, keeping a deleted model's weights until the garbage
+    collector runs) and follows it through `copy.deepcopy` and pickling."""
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer: nn.Linear) -> None:
+        self.layer = weakref.ref(layer)
+
+    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return packed_forward(self.layer(), hidden_states)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PackedForward:
+        return PackedForward(copy.deepcopy(self.layer(), memo))  # the copy of the layer being copied (in the memo)
+
+    def __reduce__(self) -> tuple[type[PackedForward], tuple[nn.Linear]]:
+        return PackedForward, (self.layer(),)
+
+
+def use_packed_linears(model: nn.Module) -> None:
+    """Give every `nn.Linear` of `model` (exactly that class, without an instance forward of its own) the packed
+    inference forward. Idempotent; layers added later keep `nn.Linear.forward`."""
+    for module in model.modules():
+        if type(module) is nn.Linear and "forward" not in module.__dict__:
+            module.forward = PackedForward(module)
+
+
+def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it. Hooks have already
+    run (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
+    takes `F.linear`, as `inference_linear` would."""
+    # First: under torch.compile every check below is a graph break (`is_inference()` is one that cannot be traced),
+    # and compiled code packs weights itself.
+    if not torch.compiler.is_compiling() and calls_plain_forward(layer):
+        dtype = packable_dtype(layer, hidden_states)
+        if dtype is not None:
+            return packed_linear(layer, hidden_states, dtype)
+    return nn.functional.linear(hidden_states, layer.weight, layer.bias)
+
+
+def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype in which `inference_linear` may multiply by a packed weight, or None where it must not: on the CPU,
+    no gradient wanted, not under torch.compile (which packs weights itself), torch.export or torch.jit.trace (their
+    graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
+    and weights) where oneDNN has bf16 kernels."""
+    if not (
+        not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and hidden_states.device.type == weight.device.type == "cpu"
+        and hidden_states.numel() > 0
+        and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    ):
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        # Autocast's linear casts the input, the weight and the bias to its dtype; float32 ones only.
+        dtype = torch.get_autocast_dtype("cpu")
+        inputs_castable = {hidden_states.dtype, weight.dtype} <= {torch.float32, dtype}
+    else:
+        dtype = weight.dtype
+        inputs_castable = hidden_states.dtype == dtype
+    if not inputs_castable:
+        return None
+    if dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return dtype
+    return None
+
+
+def calls_plain_forward(module: nn.Module) -> bool:
+    """True where `module(x)` would only run `nn.Linear.forward` (or the packed forward, which computes the same):
+    exactly an `nn.Linear` (not a PEFT, quantized or other subclass), no hooks of its own or global ones, no other
+    per-instance forward (accelerate's offloading sets one)."""
+    hooks = torch.nn.modules.module
+    forward = module.__dict__.get("forward")
+    return (
+        type(module) is nn.Linear
+        and (forward is None or type(forward) is PackedForward)
+        and not (module._forward_hooks or module._forward_pre_hooks)
+        and not (module._backward_hooks or module._backward_pre_hooks)
+        and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
+        and not (hooks._global_backward_hooks or hooks._global_backward_pre_hooks)
+    )
+
+
+def inference_linear(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`module(hidden_states)`; for CPU inference in bfloat16 (autocast or bf16 weights), or in float32 for products
+    of at least `PACKED_LINEAR_MIN_MACS` multiply-adds, `packed_linear`: the rules of the packed forward, for a layer
+    called directly (one `use_packed_linears` has not reached)."""
+    dtype = packable_dtype(module, hidden_states) if calls_plain_forward(module) else None
+    return module(hidden_states) if dtype is None else packed_linear(module, hidden_states, dtype)
+
+
+def packable_dtype(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.dtype | None:
+    """`inference_linear_dtype` for a plain layer's weight; None for a weight made under torch.inference_mode (no
+    version counter to watch) or a tensor subclass (it has its own ops)."""
+    weight = layer.weight
+    if type(weight) not in (nn.Parameter, torch.Tensor) or weight.is_inference():
+        return None
+    return inference_linear_dtype(hidden_states, weight)
+
+
+def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype in which `inference_linear` multiplies by a packed weight, or None for the plain linear:
+    `packed_linear_dtype`, and in float32 only products of at least `PACKED_LINEAR_MIN_MACS` multiply-adds (under
+    bf16 autocast the packed product wins at every size: it skips autocast's casts)."""
+    dtype = packed_linear_dtype(hidden_states, weight)
+    if dtype == torch.float32 and hidden_states.numel() * weight.shape[0] < PACKED_LINEAR_MIN_MACS:
+        return None
+    return dtype
+
+
+def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
+    again after every change to the weight (its version counter or storage changes). No checks: see
+    `inference_linear`."""
+    weight = module.weight
+    key = (weight._version, weight.data_ptr())
+    by_dtype = _PACKED_WEIGHTS.get(id(weight))
+    if by_dtype is None:
+        by_dtype = _PACKED_WEIGHTS[id(weight)] = {}
+        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
+    kept = by_dtype.get(dtype)
+    if kept is None or kept[0] != key:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
+        kept = by_dtype[dtype] = (key, packed)
+    bias = None if module.bias is None else module.bias.to(dtype)
+    return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
+
+
+@contextlib.contextmanager
+def plain_kernels() -> Iterator[None]:
+    """Within the block, every layer runs its own `nn.Linear` forward: the packed path is off (oneDNN is switched off;
+    the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
