@@ -19,7 +19,7 @@ import torch
 from huggingface_hub import CommitInfo, CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.attention import PLOTS
+from hf_vanilla_transformer.attention_maps import PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
 TAGS = ["vanilla-transformer", "attention-is-all-you-need"]
