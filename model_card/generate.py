@@ -21,7 +21,7 @@ from huggingface_hub import CommitInfo, CommitOperationAdd, EvalResult, HfApi, M
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.attention import PLOTS
+from hf_vanilla_transformer.attention_maps import PLOTS
 from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES
 
 TEMPLATE = Path(__file__).with_name("template.md")

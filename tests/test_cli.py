@@ -66,6 +66,8 @@ def test_bf16_option(flags, bf16) -> None:
         (["evaluate", "nowhere"], "`model_dir` nowhere is not a saved model folder (no config.json)"),
         (["translate", "nowhere", "Hello"], "`model_dir` nowhere is not a saved model folder"),
         (["average", "missing-1", "missing-2", "-o", "out"], "Checkpoint missing-1 does not exist"),
+        (["train", "--compare-curve", "curves.json"], "`--compare-curve` curves.json is drawn beside the learning"),
+        (["train", "--curve-every", "1m", "--compare-curve", "nowhere.json"], "nowhere.json is not a readable JSON"),
     ],
 )
 def test_errors_name_the_value_and_the_fix(argv, message, capsys, tmp_path, monkeypatch) -> None:
@@ -152,7 +154,7 @@ def test_evaluate_translate_and_average_on_the_trained_folder(trained, corpus, c
     assert (tmp_path / "avg" / "model.safetensors").is_file()
 
 
-def test_learning_curve_snapshots_and_plot(trained, capsys) -> None:
+def test_learning_curve_snapshots_and_plot(trained, capsys, tmp_path) -> None:
     snapshots = sorted((trained / "curve").glob("step-*"))
     assert snapshots, "train --curve-every wrote no snapshots"
     infos = [json.loads((path / "snapshot.json").read_text()) for path in snapshots]
@@ -164,6 +166,25 @@ def test_learning_curve_snapshots_and_plot(trained, capsys) -> None:
     assert [p["step"] for p in points] == sorted(info["step"] for info in infos)
     assert all(0.0 <= p["bleu"] <= 100.0 and p["decoding"]["num_beams"] == 1 for p in points)
     assert (trained / "learning_curve.png").stat().st_size > 10_000
+    # A comparison curve only from a file passed: here the run's own curve, copied.
+    compare = tmp_path / "earlier-run" / "learning_curve.json"
+    compare.parent.mkdir()
+    compare.write_text((trained / "learning_curve.json").read_text())
+    argv = [
+        "curve",
+        str(trained),
+        "--limit",
+        "3",
+        "--batch-size",
+        "3",
+        "--no-progress",
+        "--compare-curve",
+        str(compare),
+    ]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and "learning_curve.png" in out
+    code, _, err = run([*argv[:-1], str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and "`--compare-curve`" in err and "missing.json is not a readable JSON file" in err
 
 
 def test_rerun_needs_resume_and_resume_continues(trained, corpus, capsys) -> None:

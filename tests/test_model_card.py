@@ -8,7 +8,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard import metadata_load
 
 from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.attention import plot_attention
+from hf_vanilla_transformer.attention_maps import plot_attention
 from hf_vanilla_transformer.evaluation import evaluate_translations, write_results_json
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from model_card import write_model_card

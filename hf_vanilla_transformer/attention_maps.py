@@ -2,14 +2,13 @@
 attention (§3.2.3), one heatmap per layer and head, tokens on the axes (as the paper's appendix figures).
 
 The weights are softmax(Q Kᵀ / √d_k) of eq. (1), read with the eager attention implementation (`sdpa` does not
-return them). `plot_attention` writes three PNG grids (layers × heads); `add_attention_subcommand` adds
-`hf-vanilla-transformer attention MODEL_DIR "sentence" --out DIR` to the command line.
+return them). `plot_attention` writes three PNG grids (layers × heads); `hf-vanilla-transformer attention MODEL_DIR
+"sentence" --out DIR` runs it from the command line.
 Shapes: N layers, H heads, S source length, T target length (decoder positions).
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 PLOTS = (
     # (file stem, title, AttentionMaps field, row labels, column labels)
@@ -165,35 +164,4 @@ def plot_attention(
     return paths
 
 
-def add_attention_subcommand(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `attention MODEL_DIR SENTENCE [--target T] [--out DIR] [--layers ...] [--heads ...]` to a CLI's
-    subparsers; the parsed namespace's `func(args)` runs it and returns the exit code."""
-    parser = subparsers.add_parser(
-        "attention",
-        help="plot attention maps of one sentence",
-        description="Plot encoder self-, decoder self- and encoder-decoder attention (layers x heads heatmaps).",
-    )
-    parser.add_argument("model_dir", help="a saved model folder (or Hub id) with its tokenizer")
-    parser.add_argument("sentence", help="the source sentence")
-    parser.add_argument("--target", help="a reference translation to teacher-force (default: the model's own)")
-    parser.add_argument("--out", type=Path, default=Path("attention"), help="output folder (default: ./attention)")
-    parser.add_argument("--layers", type=int, nargs="+", help="0-based layers to plot (default: all)")
-    parser.add_argument("--heads", type=int, nargs="+", help="0-based heads to plot (default: all)")
-    parser.add_argument("--dpi", type=int, default=120)
-    parser.set_defaults(func=run_attention_command)
-    return parser
-
-
-def run_attention_command(args: argparse.Namespace) -> int:
-    """The `attention` subcommand: load the model and tokenizer, plot, print the written paths."""
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir, attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    paths = plot_attention(
-        model, tokenizer, args.sentence, args.target, args.out, layers=args.layers, heads=args.heads, dpi=args.dpi
-    )
-    for path in paths:
-        print(path)
-    return 0
-
-
-__all__ = ["AttentionMaps", "add_attention_subcommand", "attention_maps", "plot_attention", "run_attention_command"]
+__all__ = ["PLOTS", "AttentionMaps", "attention_maps", "eager_attention", "plot_attention", "token_labels"]

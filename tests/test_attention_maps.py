@@ -1,13 +1,13 @@
 """Attention maps: eq. (1) weights of one sentence, plotted as layers × heads grids, from Python and the CLI."""
 
-import argparse
 from pathlib import Path
 
 import pytest
 import torch
 from matplotlib.image import imread
 
-from hf_vanilla_transformer.attention import add_attention_subcommand, attention_maps, plot_attention
+from hf_vanilla_transformer.attention_maps import attention_maps, plot_attention
+from hf_vanilla_transformer.cli import main
 
 from .conftest import tiny_model, tiny_tokenizer
 
@@ -63,10 +63,7 @@ def test_cli_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     model.generation_config.max_new_tokens = 5
     model.save_pretrained(tmp_path / "model")
     tiny_tokenizer().save_pretrained(tmp_path / "model")
-    parser = argparse.ArgumentParser(prog="hf-vanilla-transformer")
-    add_attention_subcommand(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["attention", str(tmp_path / "model"), SOURCE, "--out", str(tmp_path / "out")])
-    assert args.func(args) == 0
+    assert main(["attention", str(tmp_path / "model"), SOURCE, "--out", str(tmp_path / "out")]) == 0
     written = [tmp_path / "out" / f"{stem}.png" for stem in STEMS]
     assert capsys.readouterr().out.split() == [str(path) for path in written]
     assert all(imread(path).ndim == 3 for path in written)

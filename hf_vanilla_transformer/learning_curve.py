@@ -1,0 +1,167 @@
+"""Learning curves: validation BLEU of the snapshots a run saved (`train --curve-every 5m`) against training minutes.
+
+The snapshots are scored after training, so the curve costs no training time; their decoding is greedy unless told
+otherwise. The plot shows the run's own curve; other curves (another run's `learning_curve.json`, or reference
+curves such as docs/runs/marian_learning_curves.json) join it only from a file passed as `compare`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .evaluation import evaluate_translations
+from .training import SNAPSHOT_FILE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+CURVE_JSON = "learning_curve.json"
+CURVE_PNG = "learning_curve.png"
+CURVE_DIR = "curve"
+
+
+def load_comparison_curves(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The curves in a comparison file, by label; each a list of points with "minutes" and "bleu".
+
+    The file is either a run's `learning_curve.json` (a list of points; its label is the run's folder name) or
+    `{"curves": {label: [points, ...]}}` (optionally with a "description"), as docs/runs/marian_learning_curves.json.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"`--compare-curve` {path} is not a readable JSON file ({error}). Pass a learning_curve.json."
+        ) from None
+    if isinstance(data, list):  # a run's learning_curve.json
+        curves = {path.resolve().parent.name: data}
+    else:
+        curves = data.get("curves") if isinstance(data, dict) else None
+    if not isinstance(curves, dict) or not curves:
+        raise ValueError(
+            f'`--compare-curve` {path} holds neither a list of points nor {{"curves": {{label: points}}}} with a '
+            "curve. Pass a run's learning_curve.json or a file shaped as docs/runs/marian_learning_curves.json."
+        )
+    for label, points in curves.items():
+        if not isinstance(points, list) or not all(
+            isinstance(point, dict) and {"minutes", "bleu"} <= point.keys() for point in points
+        ):
+            raise ValueError(
+                f'`--compare-curve` {path}: curve {label!r} is not a list of points with "minutes" and "bleu".'
+            )
+    return curves
+
+
+def snapshot_folders(folder: str | Path) -> list[Path]:
+    """The `step-N` snapshot folders under `folder`, in training order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(
+            f"{folder} does not exist: a learning curve needs the snapshots of `train --curve-every ...`."
+        )
+    found = [path for path in folder.glob("step-*") if (path / SNAPSHOT_FILE).is_file()]
+    if not found:
+        raise ValueError(f"{folder} holds no snapshots (step-N folders with {SNAPSHOT_FILE}).")
+    return sorted(found, key=lambda path: int(path.name.split("-")[1]))
+
+
+def evaluate_snapshots(
+    folder: str | Path,
+    tokenizer: Any,
+    sources: list[str],
+    references: list[str],
+    generation_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Score every snapshot under `folder` (greedy unless `generation_kwargs` say otherwise); one dict per snapshot
+    with step, training seconds and minutes, target tokens and the scores."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    kwargs = {"num_beams": 1, **(generation_kwargs or {})}
+    points = []
+    for path in snapshot_folders(folder):
+        info = json.loads((path / SNAPSHOT_FILE).read_text(encoding="utf-8"))
+        model = AutoModelForSeq2SeqLM.from_pretrained(path)
+        scores = evaluate_translations(model, tokenizer, sources, references, batch_size, kwargs, progress=progress)
+        points.append(
+            {
+                **info,
+                "minutes": round(info["seconds"] / 60, 2),
+                **{key: scores[key] for key in ("bleu", "bleu_lowercase", "chrf")},
+                "decoding": scores["generation"],
+            }
+        )
+        print(f"{path.name}: {info['seconds'] / 60:.1f} min, BLEU {scores['bleu']:.2f}", flush=True)
+    return points
+
+
+def learning_curve_figure(
+    points: Sequence[dict[str, Any]],
+    label: str = "this run",
+    compare: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+) -> Figure:
+    """Validation BLEU against training minutes: the run's `points`, and the `compare` curves (by label) if given."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.5), layout="tight")
+    axes = figure.subplots()
+    axes.plot([p["minutes"] for p in points], [p["bleu"] for p in points], "o-", label=label, color="C0")
+    for index, (name, curve) in enumerate((compare or {}).items(), start=1):
+        minutes, bleu = [p["minutes"] for p in curve], [p["bleu"] for p in curve]
+        axes.plot(minutes, bleu, "s--", label=name, color=f"C{index}", alpha=0.8)
+    axes.set_xlabel("training wall-clock minutes")
+    axes.set_ylabel("validation sacreBLEU (greedy)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+    return figure
+
+
+def plot_learning_curve(
+    points: Sequence[dict[str, Any]],
+    path: str | Path,
+    label: str = "this run",
+    compare: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+) -> Path:
+    """Write `learning_curve_figure(points, label, compare)` as a PNG at `path`."""
+    path = Path(path)
+    learning_curve_figure(points, label, compare).savefig(path, dpi=120)
+    return path
+
+
+def write_learning_curve(
+    model_dir: str | Path,
+    tokenizer: Any,
+    sources: list[str],
+    references: list[str],
+    snapshots: str | Path | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+    compare: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Score the snapshots (default `model_dir/curve`) and write `learning_curve.json` and `learning_curve.png`
+    into `model_dir`; the plot adds the curves of the `compare` file (see `load_comparison_curves`) if given."""
+    model_dir = Path(model_dir)
+    comparison = load_comparison_curves(compare) if compare is not None else None  # checked before the scoring
+    points = evaluate_snapshots(
+        snapshots or model_dir / CURVE_DIR, tokenizer, sources, references, batch_size=batch_size, progress=progress
+    )
+    (model_dir / CURVE_JSON).write_text(json.dumps(points, indent=2) + "\n", encoding="utf-8")
+    plot_learning_curve(points, model_dir / CURVE_PNG, compare=comparison)
+    return points
+
+
+__all__ = [
+    "CURVE_DIR",
+    "CURVE_JSON",
+    "CURVE_PNG",
+    "evaluate_snapshots",
+    "learning_curve_figure",
+    "load_comparison_curves",
+    "plot_learning_curve",
+    "snapshot_folders",
+    "write_learning_curve",
+]
