@@ -39,7 +39,8 @@ from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training import resolve_bf16
 
-# Sizes: "tiny" is the Multi30k model of the quality anchor; "base" is the paper's base model (Table 3).
+# Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
+# model (Table 3).
 CONFIGS: dict[str, dict[str, int]] = {
     "tiny": dict(vocab_size=8000, d_model=256, layers=3, heads=4, ffn=1024),
     "base": dict(vocab_size=37000, d_model=512, layers=6, heads=8, ffn=2048),
@@ -47,7 +48,8 @@ CONFIGS: dict[str, dict[str, int]] = {
 MODELS = ("ours", "marian")
 DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
-TOKEN_BUDGET = 4096  # rows x longest side of a batch, as the quality anchor's Multi30k batches
+# Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md).
+TOKEN_BUDGET = 4096
 NEW_TOKENS = 40  # generation is forced to exactly this many new tokens (min_new_tokens = max_new_tokens)
 LABEL_SMOOTHING = 0.1  # §5.4
 # Where the models run (`--device`); on a GPU every timed call ends with a synchronisation.
@@ -167,7 +169,8 @@ def make_batch(source_lengths: list[int], target_lengths: list[int], vocab: int,
 
 def token_budget_batches(vocab: int, seed: int = 0, pairs: int = 29000) -> list[Batch]:
     """An epoch of Multi30k-like pairs, sorted by length and cut into batches of at most TOKEN_BUDGET tokens
-    (rows x longest side), as the quality anchor's batcher (≈ 127 batches of ≈ 3,500 target tokens)."""
+    (rows x longest side), as the token batcher of the MarianMTModel reference run (≈ 127 batches of ≈ 3,500 target
+    tokens)."""
     generator = torch.Generator().manual_seed(seed)
     source, target = sample_lengths(pairs, generator)
     order = torch.argsort(source * 1000 + target)

@@ -1,4 +1,4 @@
-"""A Hugging Face MarianMTModel / OPUS-MT folder -> hf_vanilla_transformer; `to-marian` goes back (design.md §6).
+"""A Hugging Face MarianMTModel / OPUS-MT folder -> hf_vanilla_transformer; `to-marian` goes back (docs/conversion.md).
 
 `python -m conversion marian SRC OUT` imports a `MarianMTModel` folder. Our module names are Marian's, so the key map
 is the identity except `final_logits_bias` -> `lm_head.bias`; the model keeps Marian's token ids, activation (OPUS-MT:
