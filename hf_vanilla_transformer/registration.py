@@ -2,17 +2,50 @@
 
 transformers 5 lists "translation" among removed tasks and raises before it looks at its registry; the parametrized
 "translation_xx_to_yy" names likewise. Registering the task and letting those names through keeps every other task
-untouched. Where the package is not installed, config.json's `custom_pipelines` serves the same pipeline as remote
-code (see configuration_vanilla_transformer.py).
+untouched. The registered class serves this package's models only: for any other model (NLLB, M2M100, mBART, Marian,
+whose target language needs `src_lang`/`forced_bos_token_id` handling this pipeline does not have) it raises the
+error transformers raises without this package, so importing it changes nothing for them. Where the package is not
+installed, config.json's `custom_pipelines` serves the same pipeline as remote code (see
+configuration_vanilla_transformer.py).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from transformers import AutoModelForSeq2SeqLM
 from transformers import pipelines as hf_pipelines
 
-from .configuration_vanilla_transformer import NATIVE_PIPELINE
+from .configuration_vanilla_transformer import NATIVE_PIPELINE, VanillaTransformerConfig
 from .pipeline_vanilla_translation import VanillaTranslationPipeline
+
+# transformers' advice for the removed task, kept for the error raised for other models.
+REMOVED_TRANSLATION_HINT = hf_pipelines.REMOVED_TASKS.get(
+    "translation", "Use the `text-generation` pipeline with a chat model instead."
+)
+
+
+def removed_task_error(task: str) -> KeyError:
+    """The KeyError transformers raises for `task` ("translation" or "translation_xx_to_yy") without this package."""
+    hf_pipelines.REMOVED_TASKS["translation"] = REMOVED_TRANSLATION_HINT
+    try:
+        hf_pipelines._resolve_deprecated_task(task)
+    except KeyError as error:
+        return error
+    finally:
+        del hf_pipelines.REMOVED_TASKS["translation"]
+    return KeyError(f"The task {task} has been removed from transformers. {REMOVED_TRANSLATION_HINT}")
+
+
+class RegisteredTranslationPipeline(VanillaTranslationPipeline):
+    """`pipeline("translation")` while this package is imported: `VanillaTranslationPipeline` for this package's
+    models; for any other model, transformers' own removed-task error (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        model = kwargs.get("model", args[0] if args else None)
+        if getattr(getattr(model, "config", None), "model_type", None) != VanillaTransformerConfig.model_type:
+            raise removed_task_error(kwargs.get("task") or "translation")
+        super().__init__(*args, **kwargs)
 
 
 def _is_translation_task(task: str) -> bool:
@@ -28,7 +61,7 @@ def register_translation_pipeline() -> None:
     hf_pipelines.REMOVED_TASKS.pop("translation", None)
     if "translation" not in registry.supported_tasks:
         registry.register_pipeline(
-            "translation", pipeline_class=VanillaTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+            "translation", pipeline_class=RegisteredTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
         )
     check_task = registry.check_task
 

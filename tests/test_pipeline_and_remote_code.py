@@ -112,3 +112,49 @@ def test_remote_code_in_a_process_without_the_package(saved_dir: Path, tmp_path:
     expected = reference_translations(saved_dir, max_new_tokens=7)
     assert remote["pipeline"] == [{"translation_text": text} for text in expected]
     assert remote["pipeline_pair"] == [{"translation_text": expected[0]}]
+
+
+OTHER_MODEL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from transformers import pipeline
+    if sys.argv[2] == "with":
+        import hf_vanilla_transformer  # noqa: F401
+    try:
+        translator = pipeline(sys.argv[3], model=sys.argv[1])
+        print("OUTPUT", translator("w5 w6 w7", max_new_tokens=3))
+    except Exception as error:
+        print("ERROR", type(error).__name__, error)
+    """
+)
+
+
+@pytest.mark.parametrize("architecture", ["marian", "m2m_100"])
+@pytest.mark.parametrize("task", ["translation", "translation_en_to_de"])
+def test_the_translation_pipeline_leaves_other_models_as_transformers_does(tmp_path, architecture, task) -> None:
+    """Importing the package must not hand NLLB/M2M100/mBART/Marian models a pipeline that ignores their language
+    settings: for them `pipeline("translation")` does exactly what transformers 5 does without the package."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, MarianConfig, MarianMTModel
+
+    sizes = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    sizes |= dict(encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    if architecture == "marian":
+        model = MarianMTModel(MarianConfig(vocab_size=64, **sizes))
+    else:
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=64, **sizes))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    outcomes = []
+    for imported in ("without", "with"):
+        run = subprocess.run(
+            [sys.executable, "-c", OTHER_MODEL_SCRIPT, str(tmp_path), imported, task],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        lines = [line for line in run.stdout.splitlines() if line.startswith(("OUTPUT", "ERROR"))]
+        assert run.returncode == 0 and len(lines) == 1, run.stdout + run.stderr
+        outcomes.append(lines[0])
+    assert outcomes[0].startswith("ERROR KeyError") and "has been removed from transformers" in outcomes[0]
+    assert outcomes[1] == outcomes[0]
