@@ -30,23 +30,43 @@ def lock_path(output_dir: Path) -> Path:
     return output_dir.parent / f".{output_dir.name}.lock"
 
 
+def _in_use(output_dir: Path, handle: Any) -> WorkflowError | None:
+    """None where `handle` (the open lock file) got the lock; else the error that names its holder."""
+    import fcntl
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        return WorkflowError(
+            f"`--output-dir` {output_dir} is in use by another training run (PID {holder}; lock "
+            f"{lock_path(output_dir)}). Wait for it to end or stop it, or pass another --output-dir."
+        )
+    return None
+
+
+def refuse_if_in_use(output_dir: Path) -> None:
+    """Refuse (WorkflowError, naming the holder's PID) a run folder that another run holds, changing nothing on
+    disk: the lock file is only opened, and a lock got is let go at once. The first thing a run checks."""
+    try:
+        handle = open(lock_path(output_dir), encoding="utf-8")
+    except OSError:  # no lock file (or none readable): no run has held the folder
+        return
+    with handle:
+        error = _in_use(output_dir, handle)
+    if error is not None:
+        raise error
+
+
 @contextmanager
 def exclusive_run(output_dir: Path) -> Iterator[None]:
     """Hold the run folder's lock for the body; a second holder is refused with its PID (WorkflowError).
     POSIX only (`fcntl`); `output_dir`'s parent must exist."""
-    import fcntl
-
-    path = lock_path(output_dir)
-    with open(path, "a+", encoding="utf-8") as handle:  # "a+": opening must not erase the holder's PID
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise WorkflowError(
-                f"`--output-dir` {output_dir} is in use by another training run (PID {holder}; lock {path}). "
-                "Wait for it to end or stop it, or pass another --output-dir."
-            ) from None
+    with open(lock_path(output_dir), "a+", encoding="utf-8") as handle:  # "a+": the holder's PID stays readable
+        error = _in_use(output_dir, handle)
+        if error is not None:
+            raise error
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
@@ -122,6 +142,7 @@ __all__ = [
     "exclusive_run",
     "lock_path",
     "read_settings",
+    "refuse_if_in_use",
     "tokenizer_fingerprint",
     "write_settings",
 ]

@@ -553,9 +553,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         missing key that is not tied to a loaded one is still reported."""
         model = self.accelerator.unwrap_model(self.model)
         tied = getattr(model, "all_tied_weights_keys", None) or {}  # {tied key: the key it is tied to}
-        missing = [
-            key for key in load_result.missing_keys if key not in tied or tied[key] in load_result.missing_keys
-        ]
+        missing = [key for key in load_result.missing_keys if key not in tied or tied[key] in load_result.missing_keys]
         if len(missing) < len(load_result.missing_keys):
             model.tie_weights()
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))

@@ -256,13 +256,15 @@ def _check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
     from .averaging import last_checkpoints
 
     output_dir = Path(options.output_dir)
-    nearest = next(path for path in (output_dir, *output_dir.parents) if path.exists())
-    if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
-        problem = "not a folder" if not nearest.is_dir() else "not writable"
-        raise WorkflowError(
-            f"`--output-dir` {output_dir} is not a writable folder ({nearest} is {problem}). Choose a folder you "
-            "can write to."
-        )
+    # The folder and the one around it: the run's lock and the model folder's next version are written beside it.
+    for folder in (output_dir, output_dir.parent):
+        nearest = next(path for path in (folder, *folder.parents) if path.exists())
+        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+            problem = "not a folder" if not nearest.is_dir() else "not writable"
+            raise WorkflowError(
+                f"`--output-dir` {output_dir} is not a writable folder ({nearest} is {problem}). Choose a folder "
+                "you can write to."
+            )
     checkpoint_dir = output_dir / CHECKPOINTS
     existing = sorted(checkpoint_dir.glob("checkpoint-*")) if checkpoint_dir.is_dir() else []
     if options.resume and options.overwrite:
@@ -287,7 +289,8 @@ def _check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
 
 def _clear_for_run(output_dir: Path, checkpoint_dir: Path, resume_from: Path | None) -> None:
     """What a run removes before it starts (the main process, holding the lock): with --resume the checkpoints
-    after `resume_from`, whose save was interrupted; with --overwrite the earlier run's checkpoints and snapshots."""
+    after `resume_from`, whose save was interrupted; else an earlier run's checkpoints (--overwrite) and
+    learning-curve snapshots, which would join this run's curve."""
     from .averaging import checkpoint_step
     from .learning_curve import CURVE_DIR
 
@@ -409,7 +412,14 @@ def train(options: TrainOptions) -> TrainResult | None:
     from . import VanillaTransformerConfig
     from .data import tokenize_pairs
     from .learning_curve import load_comparison_curves
-    from .run_folder import SETTINGS_FILE, check_same_run, exclusive_run, tokenizer_fingerprint, write_settings
+    from .run_folder import (
+        SETTINGS_FILE,
+        check_same_run,
+        exclusive_run,
+        refuse_if_in_use,
+        tokenizer_fingerprint,
+        write_settings,
+    )
     from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
     from .training import VanillaSeq2SeqTrainingArguments, resolve_bf16
 
@@ -464,6 +474,9 @@ def train(options: TrainOptions) -> TrainResult | None:
         disable_tqdm=not options.progress,
         report_to=[],
     )
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, the main process owns the run folder
+    if main_process:
+        refuse_if_in_use(Path(options.output_dir))
     checkpoint_dir, resume_from = _check_output_dir(options)
     train_pairs, test_pairs, data_name = _load_training_data(options)
     _check_training_pairs(train_pairs, data_name, options)
@@ -507,7 +520,10 @@ def train(options: TrainOptions) -> TrainResult | None:
     finished = False
     if resume_from is not None:
         if not check_same_run(output_dir, settings):
-            print(f"{output_dir} records no {SETTINGS_FILE} (an older version's run): its settings are not checked.")
+            print(
+                f"{output_dir} records no {SETTINGS_FILE} (an older version's run): its settings are not checked.",
+                flush=True,
+            )
         steps = _trained_steps(resume_from)
         if options.max_steps is not None and options.max_steps < steps:
             raise WorkflowError(
@@ -518,7 +534,6 @@ def train(options: TrainOptions) -> TrainResult | None:
         finished = options.max_steps == steps
 
     # Every option is checked: from here on the folder changes, by one run at a time.
-    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, the main process owns the folder
     output_dir = writable_folder(output_dir, "--output-dir")
     with exclusive_run(output_dir) if main_process else contextlib.nullcontext():
         if main_process:
@@ -527,7 +542,7 @@ def train(options: TrainOptions) -> TrainResult | None:
                     f"`--output-dir` {output_dir} changed while this run was starting (another run wrote to it). "
                     "Start again."
                 )
-            _clear_for_run(output_dir, checkpoint_dir, resume_from if options.resume else None)
+            _clear_for_run(output_dir, checkpoint_dir, resume_from)
             write_settings(output_dir, settings)
         return _train_checked(
             options,
@@ -588,7 +603,10 @@ def _train_checked(
     if options.curve_every is not None:
         trainer.add_callback(LearningCurveCallback(trainer, output_dir / CURVE_DIR, options.curve_every))
     if finished:  # the Trainer would make one more update: it checks max_steps after each one
-        print(f"{resume_from.name} is at --max-steps {options.max_steps} already: no training, the run is finished.")
+        print(
+            f"{resume_from.name} is at --max-steps {options.max_steps} already: no training, the run is finished.",
+            flush=True,
+        )
         trainer.state = TrainerState.load_from_json(str(resume_from / "trainer_state.json"))
     else:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
