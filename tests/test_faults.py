@@ -7,6 +7,7 @@ Every run: the test preset (1+1 layers, d_model 32, P_drop 0.1, so dropout draws
 restore), 64 pairs in 10 batches per epoch, 24 updates, a checkpoint every 7 updates and at epoch ends, one thread.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,34 @@ def assert_same_end(resumed: Path, reference: Path, resumed_from: int) -> None:
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 
+@contextlib.contextmanager
+def paused_run(hooks: list[str], args: list[str], pause_at: int, log_path: Path) -> Iterator[subprocess.Popen]:
+    """A training run (train_script.py with `hooks`) that is entered once update `pause_at` is done (the run then
+    sleeps) and SIGKILLed from outside on leaving."""
+    output = Path(args[args.index("--output-dir") + 1])
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command([*hooks, "--pause-at", str(pause_at)], args),
+            cwd=REPO,
+            env=environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            marker = output / f"paused-at-{pause_at}"
+            deadline = time.monotonic() + 240
+            while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert marker.exists(), f"the run never reached update {pause_at}:\n{log_path.read_text()}"
+            yield process
+            os.kill(process.pid, signal.SIGKILL)
+            assert process.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+
 @pytest.mark.parametrize(
     ("pause_at", "newest"),
     [
@@ -104,27 +134,8 @@ def test_sigkill_then_resume_is_bit_identical(corpus, reference, tmp_path, pause
     weights differ by up to ~1e-2, so the comparison does see the restored RNG."""
     output = tmp_path / "model"
     args = run_args(corpus, output)
-    log = (tmp_path / "killed.log").open("w")
-    process = subprocess.Popen(
-        command([*SAVE_STEPS, "--pause-at", str(pause_at)], args),
-        cwd=REPO,
-        env=environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        marker = output / f"paused-at-{pause_at}"
-        deadline = time.monotonic() + 240
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.exists(), f"the run never reached update {pause_at}:\n{(tmp_path / 'killed.log').read_text()}"
-        os.kill(process.pid, signal.SIGKILL)
-        assert process.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+    with paused_run(SAVE_STEPS, args, pause_at, tmp_path / "killed.log"):
+        pass
     assert checkpoint_steps(output)[-1] == newest
     assert not (output / "checkpoints" / f"checkpoint-{MAX_STEPS}").exists()
 
@@ -281,32 +292,13 @@ def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path)
     lock), --resume of its run goes ahead."""
     output = tmp_path / "model"
     args = train_args(corpus, output, 3)
-    log = (tmp_path / "holder.log").open("w")
-    holder = subprocess.Popen(
-        command(["--save-steps", "1", "--pause-at", "1"], args),
-        cwd=REPO,
-        env=environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while not (output / "paused-at-1").exists() and holder.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (output / "paused-at-1").exists(), (tmp_path / "holder.log").read_text()
+    with paused_run(["--save-steps", "1"], args, 1, tmp_path / "holder.log") as holder:
         before = tree(tmp_path)
         for extra in ([], ["--overwrite"]):
             second = run([], [*args, *extra])
             assert second.returncode == 2, second.stdout
             assert f"is in use by another training run (PID {holder.pid};" in second.stdout.splitlines()[-1]
         assert tree(tmp_path) == before
-        os.kill(holder.pid, signal.SIGKILL)
-        assert holder.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if holder.poll() is None:
-            os.kill(holder.pid, signal.SIGKILL)
-            holder.wait()
-        log.close()
     resumed = run([], [*args, "--resume"])
     assert resumed.returncode == 0, resumed.stdout
     assert checkpoint_steps(output)[-1] == 3
