@@ -48,7 +48,7 @@ def _in_use(output_dir: Path, handle: Any) -> WorkflowError | None:
 
 def refuse_if_in_use(output_dir: Path) -> None:
     """Refuse (WorkflowError, naming the holder's PID) a run folder that another run holds, changing nothing on
-    disk: the lock file is only opened, and a lock got is let go at once. The first thing a run checks."""
+    disk: the lock file is only opened, and a lock got is let go at once. Checked before what the folder holds."""
     try:
         handle = open(lock_path(output_dir), encoding="utf-8")
     except OSError:  # no lock file (or none readable): no run has held the folder
