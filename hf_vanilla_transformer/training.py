@@ -546,6 +546,18 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
                 logs["train_tgt_tokens_per_second"] = round(total / max(logs["train_runtime"], 1e-9), 1)
         super().log(logs, start_time)
 
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """The Trainer's warning on resume, less the tied weights: safetensors stores a tied tensor once (under
+        `model.shared.weight`), so the embeddings and `lm_head.weight` tied to it are "missing" from every checkpoint
+        although loading the one tensor loads them all (the Trainer only excuses `_keys_to_ignore_on_save`). A
+        missing key that is not tied to a loaded one is still reported."""
+        model = self.accelerator.unwrap_model(self.model)
+        tied = getattr(model, "all_tied_weights_keys", None) or {}  # {tied key: the key it is tied to}
+        missing = [key for key in load_result.missing_keys if key not in tied or tied[key] in load_result.missing_keys]
+        if len(missing) < len(load_result.missing_keys):
+            model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         self.model.generation_config = copy.deepcopy(self.generation_config)
         super().save_model(output_dir, _internal_call)

@@ -12,6 +12,7 @@ model card, and `results.json`: a Hub-ready folder that `pipeline("translation",
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,10 @@ from .recipes import DEFAULT_RECIPE, Recipe
 if TYPE_CHECKING:  # torch and transformers load with the workflow that needs them
     import torch
     from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase
+
+    from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from .training import VanillaSeq2SeqTrainingArguments
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
 CHECKPOINTS = "checkpoints"
@@ -228,12 +233,38 @@ def _load_training_data(options: TrainOptions) -> tuple[Dataset, Dataset | None,
     return train, test, name
 
 
-def _prepare_output_dir(options: TrainOptions) -> tuple[Path, Path, str | None]:
-    """(output folder, checkpoint folder, checkpoint to resume from) after checking what the folder holds."""
-    from .averaging import checkpoint_step, last_checkpoints
-    from .learning_curve import CURVE_DIR
+def _check_training_pairs(train_pairs: Dataset, data_name: str, options: TrainOptions) -> None:
+    """Refuse training data without a single pair that has text on both sides (tokenize_pairs drops the others)."""
+    if not any(
+        source.strip() and target.strip()
+        for source, target in zip(train_pairs["source"], train_pairs["target"], strict=True)
+    ):
+        where = (
+            f"`--train-src` {options.train_src} / `--train-tgt` {options.train_tgt}"
+            if options.train_src is not None
+            else f"the training data ({data_name})"
+        )
+        raise WorkflowError(
+            f"{where}: none of the {len(train_pairs):,} pairs has text on both sides (all blank on a side). Check "
+            "that the files are the right ones and line-aligned."
+        )
 
-    output_dir = writable_folder(options.output_dir, "--output-dir")
+
+def _check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
+    """(checkpoint folder, checkpoint to resume from) after checking what `--output-dir` holds. Reads only: the
+    folder is created, and old checkpoints removed, once every option has been checked (`_clear_for_run`)."""
+    from .averaging import last_checkpoints
+
+    output_dir = Path(options.output_dir)
+    # The folder and the one around it: the run's lock and the model folder's next version are written beside it.
+    for folder in (output_dir, output_dir.parent):
+        nearest = next(path for path in (folder, *folder.parents) if path.exists())
+        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+            problem = "not a folder" if not nearest.is_dir() else "not writable"
+            raise WorkflowError(
+                f"`--output-dir` {output_dir} is not a writable folder ({nearest} is {problem}). Choose a folder "
+                "you can write to."
+            )
     checkpoint_dir = output_dir / CHECKPOINTS
     existing = sorted(checkpoint_dir.glob("checkpoint-*")) if checkpoint_dir.is_dir() else []
     if options.resume and options.overwrite:
@@ -242,29 +273,68 @@ def _prepare_output_dir(options: TrainOptions) -> tuple[Path, Path, str | None]:
         if not existing:
             raise WorkflowError(f"`--resume` found no checkpoint in {checkpoint_dir}. Drop --resume to start afresh.")
         try:
-            resume_from = last_checkpoints(checkpoint_dir, 1, complete_only=True)[0]
+            return checkpoint_dir, last_checkpoints(checkpoint_dir, 1, complete_only=True)[0]
         except ValueError:
             raise WorkflowError(
                 f"`--resume` found no complete checkpoint in {checkpoint_dir} (none has a readable trainer_state.json,"
                 " which the Trainer writes last). Pass --overwrite instead to start afresh."
             ) from None
-        # A kill during a save leaves checkpoint-N without trainer_state.json (the Trainer writes checkpoints in
-        # place, that file last); the resumed run writes checkpoint-N again.
-        for path in existing:
-            step = checkpoint_step(path)
-            if step is not None and step > checkpoint_step(resume_from):
-                print(f"Removing incomplete {path.name} (its save was interrupted); resuming from {resume_from.name}.")
-                shutil.rmtree(path, ignore_errors=True)  # every torchrun process runs this
-        return output_dir, checkpoint_dir, str(resume_from)
     if existing and not options.overwrite:
         raise WorkflowError(
             f"`--output-dir` {output_dir} already holds checkpoints of an earlier run ({len(existing)} in "
             f"{checkpoint_dir}). Pass --resume to continue it, --overwrite to start afresh, or another --output-dir."
         )
-    if existing:
-        shutil.rmtree(checkpoint_dir)
+    return checkpoint_dir, None
+
+
+def _clear_for_run(output_dir: Path, checkpoint_dir: Path, resume_from: Path | None) -> None:
+    """What a run removes before it starts (the main process, holding the lock): with --resume the checkpoints
+    after `resume_from`, whose save was interrupted; else an earlier run's checkpoints (--overwrite) and
+    learning-curve snapshots, which would join this run's curve."""
+    from .averaging import checkpoint_step
+    from .learning_curve import CURVE_DIR
+
+    if resume_from is None:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
         shutil.rmtree(output_dir / CURVE_DIR, ignore_errors=True)  # the old run's learning-curve snapshots
-    return output_dir, checkpoint_dir, None
+        return
+    # A kill during a save leaves checkpoint-N without trainer_state.json (the Trainer writes checkpoints in
+    # place, that file last); the resumed run writes checkpoint-N again.
+    for path in sorted(checkpoint_dir.glob("checkpoint-*")):
+        step = checkpoint_step(path)
+        if step is not None and step > checkpoint_step(resume_from):
+            print(f"Removing incomplete {path.name} (its save was interrupted); resuming from {resume_from.name}.")
+            shutil.rmtree(path)
+
+
+def _trained_steps(checkpoint: Path) -> int:
+    return json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
+
+
+def _run_settings(options: TrainOptions, train_pairs: Dataset, tokenizer: str, dropout: float, bf16: bool) -> dict:
+    """The settings that define a run (`run_folder.SETTINGS_FILE`), by command-line option: `--resume` must find
+    them unchanged. The budget (--max-time, --max-steps, --epochs), checkpointing, evaluation and attention
+    kernels are not among them: a resume may extend or cut the budget."""
+    from .run_folder import data_fingerprint
+
+    return {
+        "--src-lang": options.src_lang,
+        "--tgt-lang": options.tgt_lang,
+        "training data": data_fingerprint(train_pairs["source"], train_pairs["target"]),
+        "--max-length": options.max_length,
+        "--tokenizer": tokenizer,
+        "--preset": options.preset,
+        "--dropout": dropout,
+        "--schedule": options.schedule,
+        "--lr": options.learning_rate(),
+        "--warmup-steps": options.warmup_steps,
+        "--label-smoothing": options.label_smoothing,
+        "--max-tokens": options.max_tokens,
+        "--grad-accum": options.grad_accum,
+        "--seed": options.seed,
+        "--bf16": "bf16" if bf16 else "fp32",
+        "processes": int(os.environ.get("WORLD_SIZE", "1")),
+    }
 
 
 def training_attention(device: torch.device) -> str:
@@ -339,20 +409,32 @@ def train(options: TrainOptions) -> TrainResult | None:
     import torch
     from transformers import AutoTokenizer
 
-    from . import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from .averaging import last_checkpoints, write_averaged_model
+    from . import VanillaTransformerConfig
     from .data import tokenize_pairs
-    from .generation_vanilla_transformer import paper_generation_config
-    from .learning_curve import CURVE_DIR, load_comparison_curves
-    from .tokenization import special_token_ids, train_bpe_tokenizer
-    from .training import (
-        LearningCurveCallback,
-        VanillaSeq2SeqTrainer,
-        VanillaSeq2SeqTrainingArguments,
-        resolve_bf16,
+    from .learning_curve import load_comparison_curves
+    from .run_folder import (
+        SETTINGS_FILE,
+        check_same_run,
+        exclusive_run,
+        refuse_if_in_use,
+        tokenizer_fingerprint,
+        write_settings,
     )
+    from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
+    from .training import VanillaSeq2SeqTrainingArguments, resolve_bf16
 
     started = time.perf_counter()
+    # Each option is checked before any work (and before the run folder changes), in the command line's terms.
+    if not 0 <= options.seed < 2**32:
+        raise WorkflowError(f"`--seed {options.seed}` must lie in [0, 2**32 - 1] (numpy's seed range). Pass e.g. 1.")
+    if options.max_length < 2:
+        raise WorkflowError(f"`--max-length {options.max_length}` must be at least 2 (a token and </s>).")
+    smallest_vocab = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
+    if options.tokenizer is None and options.vocab_size < smallest_vocab:
+        raise WorkflowError(
+            f"`--vocab-size {options.vocab_size}` is below the smallest BPE, {smallest_vocab} (4 special and 256 "
+            "byte tokens, one merge). Pass a larger --vocab-size (the Multi30k recipe: 8000)."
+        )
     if options.tokenizer is not None and not Path(options.tokenizer).is_dir():
         raise WorkflowError(
             f"`--tokenizer` {options.tokenizer} is not a folder. Pass a folder saved by save_pretrained."
@@ -392,24 +474,116 @@ def train(options: TrainOptions) -> TrainResult | None:
         disable_tqdm=not options.progress,
         report_to=[],
     )
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, the main process owns the run folder
+    if main_process:
+        refuse_if_in_use(Path(options.output_dir))
+    checkpoint_dir, resume_from = _check_output_dir(options)
     train_pairs, test_pairs, data_name = _load_training_data(options)
-    output_dir, checkpoint_dir, resume_from = _prepare_output_dir(options)
+    _check_training_pairs(train_pairs, data_name, options)
 
     print(f"Training pairs: {len(train_pairs):,} ({data_name}, {options.src_lang} -> {options.tgt_lang})", flush=True)
-    if resume_from is not None:
+    if options.tokenizer is not None:
+        given_tokenizer = AutoTokenizer.from_pretrained(options.tokenizer)
+        tokenizer_identity = tokenizer_fingerprint(given_tokenizer)
+    else:
+        tokenizer_identity = f"a joint BPE of --vocab-size {options.vocab_size}"
+    if resume_from is not None:  # the run's own tokenizer; the options' must be the same (check_same_run)
         tokenizer = AutoTokenizer.from_pretrained(resume_from)
     elif options.tokenizer is not None:
-        tokenizer = AutoTokenizer.from_pretrained(options.tokenizer)
+        tokenizer = given_tokenizer
     else:
         texts = list(train_pairs["source"]) + list(train_pairs["target"])
         tokenizer = train_bpe_tokenizer(texts, vocab_size=options.vocab_size)
         print(f"Trained a joint BPE of {len(tokenizer):,} tokens", flush=True)
-    train_dataset = tokenize_pairs(train_pairs, tokenizer, max_length=options.max_length)
+    try:
+        train_dataset = tokenize_pairs(train_pairs, tokenizer, max_length=options.max_length)
+    except ValueError:  # pairs with a blank side were refused above: the length limit is what dropped them all
+        raise WorkflowError(
+            f"`--max-length {options.max_length}` drops every training pair of {data_name} (each has more tokens "
+            "on a side, </s> included). Raise --max-length."
+        ) from None
+    lengths = zip(train_dataset["input_ids"], train_dataset["labels"], strict=True)
+    longest = max(max(len(ids), len(labels)) for ids, labels in lengths)
+    if options.max_tokens < longest:
+        raise WorkflowError(
+            f"`--max-tokens {options.max_tokens}` is below the longest training pair ({longest} tokens on a side, "
+            f"</s> included), which must fit in a batch alone. Raise --max-tokens to {longest} or more, or drop long "
+            "pairs with a lower --max-length."
+        )
 
     overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer)}
     if options.dropout is not None:
         overrides["P_drop"] = options.dropout
     config = VanillaTransformerConfig.from_preset(options.preset, **overrides)
+    settings = _run_settings(options, train_pairs, tokenizer_identity, config.dropout, bf16)
+    output_dir = Path(options.output_dir)
+    finished = False
+    if resume_from is not None:
+        if not check_same_run(output_dir, settings):
+            print(
+                f"{output_dir} records no {SETTINGS_FILE} (an older version's run): its settings are not checked.",
+                flush=True,
+            )
+        steps = _trained_steps(resume_from)
+        if options.max_steps is not None and options.max_steps < steps:
+            raise WorkflowError(
+                f"`--max-steps {options.max_steps}` is below the {steps} updates of {resume_from.name}, the run's "
+                f"last checkpoint; a run cannot go back. Pass --max-steps {steps} to finish the run without more "
+                "training, a larger value to train on, or --overwrite to start afresh."
+            )
+        finished = options.max_steps == steps
+
+    # Every option is checked: from here on the folder changes, by one run at a time.
+    output_dir = writable_folder(output_dir, "--output-dir")
+    with exclusive_run(output_dir) if main_process else contextlib.nullcontext():
+        if main_process:
+            if _check_output_dir(options) != (checkpoint_dir, resume_from):  # another run ended in between
+                raise WorkflowError(
+                    f"`--output-dir` {output_dir} changed while this run was starting (another run wrote to it). "
+                    "Start again."
+                )
+            _clear_for_run(output_dir, checkpoint_dir, resume_from)
+            write_settings(output_dir, settings)
+        return _train_checked(
+            options,
+            training_args,
+            config,
+            tokenizer,
+            train_dataset,
+            test_pairs,
+            data_name,
+            resume_from,
+            finished,
+            started,
+        )
+
+
+def _train_checked(
+    options: TrainOptions,
+    training_args: VanillaSeq2SeqTrainingArguments,
+    config: VanillaTransformerConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset: Dataset,
+    test_pairs: Dataset | None,
+    data_name: str,
+    resume_from: Path | None,
+    finished: bool,
+    started: float,
+) -> TrainResult | None:
+    """`train` once the options are checked and the run folder is this run's: train (unless `finished`: the
+    checkpoint is at --max-steps already), average, evaluate, write the results. `started`: when `train` began."""
+    import torch
+    from transformers import TrainerState
+
+    from . import VanillaTransformerForConditionalGeneration
+    from .averaging import last_checkpoints, write_averaged_model
+    from .generation_vanilla_transformer import paper_generation_config
+    from .learning_curve import CURVE_DIR
+    from .training import LearningCurveCallback, VanillaSeq2SeqTrainer
+
+    output_dir = Path(options.output_dir)
+    checkpoint_dir = output_dir / CHECKPOINTS
+    lr = options.learning_rate()
     torch.manual_seed(options.seed)
     model = VanillaTransformerForConditionalGeneration(config)
     model.set_attn_implementation(options.attn_implementation or training_attention(training_args.device))
@@ -428,7 +602,14 @@ def train(options: TrainOptions) -> TrainResult | None:
     )
     if options.curve_every is not None:
         trainer.add_callback(LearningCurveCallback(trainer, output_dir / CURVE_DIR, options.curve_every))
-    trainer.train(resume_from_checkpoint=resume_from)
+    if finished:  # the Trainer would make one more update: it checks max_steps after each one
+        print(
+            f"{resume_from.name} is at --max-steps {options.max_steps} already: no training, the run is finished.",
+            flush=True,
+        )
+        trainer.state = TrainerState.load_from_json(str(resume_from / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
     if not trainer.is_world_process_zero():  # under torchrun / accelerate launch, one process writes the results
         return None
 

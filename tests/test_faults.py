@@ -7,6 +7,7 @@ Every run: the test preset (1+1 layers, d_model 32, P_drop 0.1, so dropout draws
 restore), 64 pairs in 10 batches per epoch, 24 updates, a checkpoint every 7 updates and at epoch ends, one thread.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from .train_script import REPO, command, environment, run, train_args, write_corpus
+from .train_script import REPO, TEST_PRESET, command, environment, run, train_args, write_corpus
 
 MAX_STEPS = 24
 SAVE_STEPS = ["--save-steps", "7"]  # with the epoch ends: checkpoints 7, 10, 14, 20, 21, 24
@@ -90,6 +92,34 @@ def assert_same_end(resumed: Path, reference: Path, resumed_from: int) -> None:
 # ------------------------------------------------------------------------------------------ SIGKILL and resume
 
 
+@contextlib.contextmanager
+def paused_run(hooks: list[str], args: list[str], pause_at: int, log_path: Path) -> Iterator[subprocess.Popen]:
+    """A training run (train_script.py with `hooks`) that is entered once update `pause_at` is done (the run then
+    sleeps) and SIGKILLed from outside on leaving."""
+    output = Path(args[args.index("--output-dir") + 1])
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command([*hooks, "--pause-at", str(pause_at)], args),
+            cwd=REPO,
+            env=environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            marker = output / f"paused-at-{pause_at}"
+            deadline = time.monotonic() + 240
+            while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert marker.exists(), f"the run never reached update {pause_at}:\n{log_path.read_text()}"
+            yield process
+            os.kill(process.pid, signal.SIGKILL)
+            assert process.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+
 @pytest.mark.parametrize(
     ("pause_at", "newest"),
     [
@@ -104,33 +134,15 @@ def test_sigkill_then_resume_is_bit_identical(corpus, reference, tmp_path, pause
     weights differ by up to ~1e-2, so the comparison does see the restored RNG."""
     output = tmp_path / "model"
     args = run_args(corpus, output)
-    log = (tmp_path / "killed.log").open("w")
-    process = subprocess.Popen(
-        command([*SAVE_STEPS, "--pause-at", str(pause_at)], args),
-        cwd=REPO,
-        env=environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        marker = output / f"paused-at-{pause_at}"
-        deadline = time.monotonic() + 240
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert marker.exists(), f"the run never reached update {pause_at}:\n{(tmp_path / 'killed.log').read_text()}"
-        os.kill(process.pid, signal.SIGKILL)
-        assert process.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+    with paused_run(SAVE_STEPS, args, pause_at, tmp_path / "killed.log"):
+        pass
     assert checkpoint_steps(output)[-1] == newest
     assert not (output / "checkpoints" / f"checkpoint-{MAX_STEPS}").exists()
 
     result = run(SAVE_STEPS, [*args, "--resume"])
     assert result.returncode == 0, result.stdout
     assert f"Trained {MAX_STEPS} updates" in result.stdout
+    assert "missing keys" not in result.stdout  # the tied weights (issue 26, item 4): see test_faults below
     assert_same_end(output, reference, resumed_from=newest)
 
 
@@ -191,6 +203,189 @@ def test_each_checkpoint_is_written_once(reference) -> None:
     for name in ("model.safetensors", "optimizer.pt", "trainer_state.json"):
         written = [path for path in checkpoint_files if path.endswith(f"/{name}")]
         assert len(written) == len(set(written)) == 6, sorted(written)
+
+
+# ------------------------------------------------------------------------------------------ the run folder
+
+# Issue 26, items 2-4: options refused before the run folder changes, one run per folder, --resume of the same run.
+# Refusals run the CLI in this process (a second or so each); training runs go through tests/train_script.py.
+
+
+def cli(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    """`hf-vanilla-transformer ARGV` in this process, the test preset registered: exit status, stdout, and stderr
+    less the progress bars of `datasets` (lines ending in "examples/s]")."""
+    from hf_vanilla_transformer.cli import main
+    from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+
+    monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    captured = capsys.readouterr()
+    lines = captured.err.replace("\r", "\n").splitlines()
+    return code, captured.out, "\n".join(line for line in lines if line.strip() and not line.endswith("examples/s]"))
+
+
+def bpe_args(corpus: Path, output: Path, max_steps: int, *extra: str) -> list[str]:
+    """`train_args` with a joint BPE of 300 trained on the data instead of the corpus's word-level tokenizer."""
+    args = train_args(corpus, output, max_steps)
+    del args[args.index("--tokenizer") : args.index("--tokenizer") + 2]
+    return [*args, "--vocab-size", "300", *extra]
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (the run folder and what lies beside it), by path."""
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def earlier_run(corpus, tmp_path_factory) -> Path:
+    """A finished 2-update run with a BPE: checkpoint-2, the model folder, run_settings.json."""
+    output = tmp_path_factory.mktemp("earlier") / "model"
+    result = run([], bpe_args(corpus, output, 2))
+    assert result.returncode == 0, result.stdout
+    assert checkpoint_steps(output) == [2] and (output / "run_settings.json").is_file()
+    return output
+
+
+@pytest.fixture(scope="module")
+def blank_corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("blank")
+    (folder / "train.src").write_text("w4 w5\n \n\n", encoding="utf-8")
+    (folder / "train.tgt").write_text("\nw6\n\t\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param("blank", "`--train-src` ", id="all-blank-data"),
+        pytest.param(["--vocab-size", "100"], "`--vocab-size 100` is below the smallest BPE, 261", id="vocab-size"),
+        pytest.param(["--max-length", "1"], "`--max-length 1` must be at least 2", id="max-length"),
+        pytest.param(["--max-tokens", "8"], "`--max-tokens 8` is below the longest training pair", id="max-tokens"),
+        pytest.param(["--seed", "-1"], "`--seed -1` must lie in [0, 2**32 - 1]", id="seed"),
+    ],
+)
+def test_a_refused_option_changes_nothing_on_disk(
+    change, message, earlier_run, corpus, blank_corpus, tmp_path, capsys, monkeypatch
+) -> None:
+    """Options refused late used to come after `--overwrite` had deleted the earlier run's checkpoints and after
+    `--output-dir` was created, in the library's terms (`max_tokens` must be ...). Now: exit 2, one line naming the
+    option and its value, the earlier run's files (and the lock file beside them) byte for byte as they were, and
+    no folder created for a new --output-dir."""
+    before = tree(earlier_run.parent)
+    data = blank_corpus if change == "blank" else corpus
+    extra = [] if change == "blank" else change
+    for output, more in ((earlier_run, ["--overwrite"]), (tmp_path / "new" / "model", [])):
+        code, _, error = cli(bpe_args(data, output, 2, *extra, *more), capsys, monkeypatch)
+        assert code == 2 and message in error and len(error.strip().splitlines()) == 1, error
+        assert "Traceback" not in error
+    assert tree(earlier_run.parent) == before
+    assert not (tmp_path / "new").exists()
+
+
+def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path) -> None:
+    """Two `train` processes on one --output-dir both exited 0 with their checkpoints mixed (issue 26, item 3).
+    While a run holds the folder (paused after update 1, checkpoint-1 written), a second run exits 2 naming the
+    holder's PID, with or without --overwrite, and changes nothing; once the holder is SIGKILLed (the OS drops its
+    lock), --resume of its run goes ahead."""
+    output = tmp_path / "model"
+    args = train_args(corpus, output, 3)
+    with paused_run(["--save-steps", "1"], args, 1, tmp_path / "holder.log") as holder:
+        before = tree(tmp_path)
+        for extra in ([], ["--overwrite"]):
+            second = run([], [*args, *extra])
+            assert second.returncode == 2, second.stdout
+            assert f"is in use by another training run (PID {holder.pid};" in second.stdout.splitlines()[-1]
+        assert tree(tmp_path) == before
+    resumed = run([], [*args, "--resume"])
+    assert resumed.returncode == 0, resumed.stdout
+    assert checkpoint_steps(output)[-1] == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(["--dropout", "0.3"], "--dropout 0.3 now, 0.1 in the run", id="dropout"),
+        pytest.param("other-data", "training data 64 pairs, sha256 ", id="data"),
+        pytest.param(["--max-tokens", "64"], "--max-tokens 64 now, 48 in the run", id="max-tokens"),
+        pytest.param(["--bf16", "yes"], "--bf16 bf16 now, fp32 in the run", id="bf16"),
+        pytest.param(
+            ["--vocab-size", "320"],
+            "--tokenizer a joint BPE of --vocab-size 320 now, a joint BPE of --vocab-size 300 in the run",
+            id="vocab-size",
+        ),
+        pytest.param("tokenizer", "--tokenizer vocabulary sha256 ", id="tokenizer"),
+        # Another d_model: a size-mismatch traceback from load_state_dict before.
+        pytest.param(["--preset", "transformer-tiny"], "--preset transformer-tiny now, transformer-test", id="preset"),
+        pytest.param(["--seed", "4"], "--seed 4 now, 3 in the run", id="seed"),
+    ],
+)
+def test_resume_refuses_another_run(change, message, earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
+    """--resume with a setting that defines the run changed (issue 26, item 4: accepted silently, or a traceback for
+    another d_model): exit 2, one line naming the setting with both values, nothing on disk changed."""
+    extra = change if isinstance(change, list) else []
+    data = corpus
+    if change == "other-data":
+        data = shutil.copytree(corpus, tmp_path / "other")
+        lines = (data / "train.tgt").read_text(encoding="utf-8").splitlines()
+        (data / "train.tgt").write_text("\n".join(["w4", *lines[1:]]) + "\n", encoding="utf-8")
+    if change == "tokenizer":
+        extra = ["--tokenizer", str(corpus / "tokenizer")]
+    before = tree(earlier_run.parent)
+    code, _, error = cli(bpe_args(data, earlier_run, 2, *extra, "--resume"), capsys, monkeypatch)
+    assert code == 2 and len(error.strip().splitlines()) == 1, error
+    assert "was started with other settings (run_settings.json)" in error and message in error
+    assert tree(earlier_run.parent) == before
+
+
+def test_resume_honours_max_steps(earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
+    """--resume --max-steps below the checkpoint's step trained one more update (a step-4 checkpoint with
+    --max-steps 2 went to step 5): now refused, as a run cannot go back. --max-steps equal to it finishes the run
+    (averaging, results) without an update, as for a run killed after its last checkpoint."""
+    code, _, error = cli(bpe_args(corpus, earlier_run, 1, "--resume"), capsys, monkeypatch)
+    assert code == 2 and "`--max-steps 1` is below the 2 updates of checkpoint-2" in error, error
+
+    # A run from before run_settings.json: resumed with a note, and its settings recorded from now on.
+    output = shutil.copytree(earlier_run, tmp_path / "model")
+    (output / "run_settings.json").unlink()
+    checkpoint = (output / "checkpoints" / "checkpoint-2" / "model.safetensors").read_bytes()
+    code, out, _ = cli(bpe_args(corpus, output, 2, "--resume"), capsys, monkeypatch)
+    assert code == 0
+    assert "records no run_settings.json" in out and "checkpoint-2 is at --max-steps 2 already: no training" in out
+    assert (output / "run_settings.json").read_bytes() == (earlier_run / "run_settings.json").read_bytes()
+    assert checkpoint_steps(output) == [2]
+    assert (output / "checkpoints" / "checkpoint-2" / "model.safetensors").read_bytes() == checkpoint
+    assert json.loads((output / "results.json").read_text())["updates"] == 2
+
+
+def test_only_real_missing_keys_are_reported_on_resume(tmp_path, monkeypatch) -> None:
+    """Every resume warned "There were missing keys in the checkpoint model loaded" for the embeddings and lm_head,
+    which safetensors stores once, as model.shared.weight, and which load with it. A key really missing from the
+    checkpoint is still reported, alone."""
+    import transformers.trainer
+    from safetensors.torch import save_file
+
+    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
+
+    from .conftest import tiny_model
+
+    warnings: list[str] = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *args: warnings.append(message))
+    checkpoint = tmp_path / "checkpoint-1"
+    tiny_model(seed=1).save_pretrained(checkpoint)
+    args = VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[])
+    trainer = VanillaSeq2SeqTrainer(model=tiny_model(seed=2), args=args)
+    trainer._load_from_checkpoint(str(checkpoint))
+    assert warnings == []
+    assert torch.equal(trainer.model.lm_head.weight, weights(checkpoint)["model.shared.weight"])
+
+    damaged = weights(checkpoint)
+    del damaged["model.encoder.layers.0.fc1.weight"]
+    save_file(damaged, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    trainer._load_from_checkpoint(str(checkpoint))
+    assert len(warnings) == 1 and "['model.encoder.layers.0.fc1.weight']" in warnings[0], warnings
 
 
 # ------------------------------------------------------------------------------------------ kill during a folder write
