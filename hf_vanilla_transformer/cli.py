@@ -350,9 +350,8 @@ def run_translate(args: argparse.Namespace) -> int:
         sentences = read_lines(existing_file(args.input, "--input"))
     else:
         sentences = decode_lines(sys.stdin.buffer.read(), "stdin")
-    options = TranslateOptions(
-        args.model_dir, sentences, args.batch_size, args.num_beams, args.max_input_tokens, args.trust_remote_code
-    )
+    names = ("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code")
+    options = TranslateOptions(sentences=sentences, **_options(args, names))
     for line in translate(options):
         print(line)
     return 0

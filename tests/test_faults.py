@@ -515,3 +515,21 @@ def test_a_real_full_disk_while_averaging_is_one_line(tmp_path, capsys) -> None:
         assert code == 2 and "no space left on device while writing" in error and str(small) in error, error
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_the_marian_converter_never_runs_a_folders_code(tmp_path, capsys) -> None:
+    """A folder of another model type whose config.json auto_map names a code file (one that would write a marker
+    when imported): one line, exit 2, and the code never runs (before: transformers' multi-line remote-code error, or
+    its prompt on a terminal)."""
+    from conversion.__main__ import main
+
+    source, marker = tmp_path / "foreign", tmp_path / "code-ran"
+    source.mkdir()
+    auto_map = {"AutoConfig": "evil_code.EvilConfig", "AutoModelForSeq2SeqLM": "evil_code.EvilModel"}
+    (source / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": auto_map}))
+    (source / "evil_code.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["marian", str(source), str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and error.count("\n") == 1, error
+    assert f"{source} holds a model of type 'evil', not a Marian" in error and not marker.exists()
