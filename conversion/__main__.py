@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from hf_vanilla_transformer.files import no_space_message
+
 from . import annotated, fairseq, marian, nn_transformer, opennmt
 
 # Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
@@ -41,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         FORMATS[args.format].convert(args)
     except (NotImplementedError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"{parser.prog} {args.format}: error: {error}\n")
+    except Exception as error:  # a full disk: one line naming the output; any other error as it is
+        message = no_space_message(error, args.output, "OUTPUT folder")
+        if message is None:
+            raise
+        parser.exit(2, f"{parser.prog} {args.format}: error: {message}\n")
     return 0
 
 

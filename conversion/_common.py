@@ -68,6 +68,10 @@ def safe_torch_load(path: str | os.PathLike, allowed_globals: Iterable[Any] = ()
     The archive's checksums are verified first (`_check_archive`). Raises ValueError naming the file when it is
     empty, truncated or damaged, and naming the class the file needs when it holds anything else."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; pass the checkpoint file itself (e.g. {path / 'model.pt'}).")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist. Check the path of the checkpoint file.")
     _check_archive(path)
     try:
         with torch.serialization.safe_globals(list(allowed_globals)):

@@ -227,7 +227,15 @@ def marian_to_vanilla(marian: MarianMTModel) -> VanillaTransformerForConditional
 
 def load_marian(source: Path) -> MarianMTModel:
     """`MarianMTModel.from_pretrained`, refusing other architectures and weights it would initialise at random."""
-    config = AutoConfig.from_pretrained(source)
+    config_file = Path(source) / "config.json"
+    if config_file.is_file():  # a local folder: another model type is refused before its auto_map could name code
+        try:
+            model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+        except (ValueError, AttributeError) as error:
+            raise ValueError(f"{config_file} is not a JSON object ({error}). Copy or download it again.") from None
+        if model_type != MarianConfig.model_type:
+            raise ValueError(f"{source} holds a model of type {model_type!r}, not a Marian (MarianMTModel) config.")
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False)  # a Marian folder needs no code of its own
     if not isinstance(config, MarianConfig):
         raise ValueError(f"{source} holds a `{type(config).__name__}`, not a Marian (MarianMTModel) config.")
     marian, info = MarianMTModel.from_pretrained(source, dtype=torch.float32, output_loading_info=True)
@@ -389,7 +397,8 @@ def write_tokenizer(source: Path, output: Path, new_id: torch.Tensor) -> list[st
         else:
             continue
         path.write_text(json.dumps(data, ensure_ascii=False, indent=2))
-    before, after = AutoTokenizer.from_pretrained(source), AutoTokenizer.from_pretrained(output)
+    before = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    after = AutoTokenizer.from_pretrained(output, trust_remote_code=False)
     for old in range(min(len(before), len(new_id))):
         if before.convert_ids_to_tokens(old) != after.convert_ids_to_tokens(int(new_id[old])):
             raise ValueError(f"Remapping the tokenizer of {source} failed at id {old}; pass --keep-token-ids.")

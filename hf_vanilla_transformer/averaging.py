@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .files import replaced_folder
@@ -40,7 +41,13 @@ def load_safetensors_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint folder (every .safetensors shard in it) or of one .safetensors file."""
     state_dict: dict[str, torch.Tensor] = {}
     for file in _weight_files(Path(path)):
-        shard = load_file(file)
+        try:
+            shard = load_file(file)
+        except SafetensorError as error:  # e.g. "header too large": a length field no real file has
+            raise ValueError(
+                f"{file} is damaged: not a readable safetensors file ({error}). Save or copy the checkpoint again, "
+                "or leave it out of the average."
+            ) from None
         repeated = sorted(set(shard) & set(state_dict))
         if repeated:
             raise ValueError(f"{file} repeats tensors of another shard of {path}: {repeated[:5]}.")
@@ -178,12 +185,12 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
         # then save_pretrained adds auto_map and the code files.
         save_file(averaged, folder / "model.safetensors", metadata={"format": "pt"})
         (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=False)
         if (last / "generation_config.json").is_file():
             model.generation_config = GenerationConfig.from_pretrained(last)
         model.save_pretrained(folder)
         if (last / "tokenizer.json").is_file() or (last / "tokenizer_config.json").is_file():
-            AutoTokenizer.from_pretrained(last).save_pretrained(folder)
+            AutoTokenizer.from_pretrained(last, trust_remote_code=False).save_pretrained(folder)
     return output_dir
 
 

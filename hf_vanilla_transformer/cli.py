@@ -16,6 +16,7 @@ import shlex
 import sys
 from typing import Any
 
+from .files import no_space_message
 from .recipes import DEFAULT_RECIPE, RECIPES, Recipe
 from .workflows import DEFAULT_OUTPUT_DIR, RESULTS_FILE
 
@@ -75,6 +76,25 @@ def _add_compare_curve(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         metavar="FILE.json",
         help="draw the curves of this file beside the run's learning curve: another run's learning_curve.json or "
         '{"curves": {label: [{"minutes": ..., "bleu": ...}, ...]}} (e.g. docs/runs/marian_learning_curves.json)',
+    )
+
+
+def _add_trust_remote_code(parser: argparse.ArgumentParser) -> None:
+    """`--trust-remote-code`, of the commands that load any model folder: without it, code shipped in a folder (a
+    config.json auto_map of another model type) never runs."""
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="load a folder of another model type whose config.json points to code in the folder (auto_map), running "
+        "that code; only for folders you trust. Never needed for this package's folders",
+    )
+
+
+def _add_max_input_tokens(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-input-tokens",
+        type=_positive_int,
+        help="cut longer sources to this many tokens (with one warning counting them); default: the tokenizer's limit",
     )
 
 
@@ -272,6 +292,8 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     parser.add_argument("--batch-size", type=_positive_int, default=64)
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
     parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
+    _add_max_input_tokens(parser)
+    _add_trust_remote_code(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_evaluate)
 
@@ -280,7 +302,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` subcommand."""
     from .workflows import EvaluateOptions, evaluate
 
-    names = ("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output")
+    names = (
+        *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
+        *("max_input_tokens", "trust_remote_code"),
+    )
     results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
     print(
         f"BLEU {results['bleu']:.2f} ({results['bleu_signature']})\n"
@@ -301,19 +326,33 @@ def _add_translate_parser(subparsers: Any) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
-    parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from stdin")
+    parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
+    parser.add_argument("--input", metavar="FILE", help="translate the lines of this UTF-8 file (.gz allowed)")
     parser.add_argument("--batch-size", type=_positive_int, default=32)
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
+    _add_max_input_tokens(parser)
+    _add_trust_remote_code(parser)
     parser.set_defaults(func=run_translate)
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    """The `translate` subcommand: one translation per line, in input order."""
-    from .workflows import TranslateOptions, model_folder, translate
+    """The `translate` subcommand: one translation per line, in input order. Lines from --input or stdin are read
+    as `evaluate --src` reads its file: UTF-8 (else an error naming the line), a CRLF line end is a line end."""
+    from .data import decode_lines, read_lines
+    from .workflows import TranslateOptions, WorkflowError, existing_file, model_folder, translate
 
-    model_folder(args.model_dir)  # a wrong folder is reported before stdin is read
-    sentences = args.text or [line.rstrip("\n") for line in sys.stdin]
-    for line in translate(TranslateOptions(args.model_dir, sentences, args.batch_size, args.num_beams)):
+    model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
+    if args.text and args.input is not None:
+        raise WorkflowError("Pass sentences either as arguments or with `--input`, not both.")
+    if args.text:
+        sentences = args.text
+    elif args.input is not None:
+        sentences = read_lines(existing_file(args.input, "--input"))
+    else:
+        sentences = decode_lines(sys.stdin.buffer.read(), "stdin")
+    names = ("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code")
+    options = TranslateOptions(sentences=sentences, **_options(args, names))
+    for line in translate(options):
         print(line)
     return 0
 
@@ -390,13 +429,14 @@ def _add_attention_parser(subparsers: Any) -> None:
         help="plot attention maps of one sentence",
         description="Plot encoder self-, decoder self- and encoder-decoder attention (layers x heads heatmaps).",
     )
-    parser.add_argument("model_dir", help="a saved model folder (or Hub id) with its tokenizer")
+    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("sentence", help="the source sentence")
     parser.add_argument("--target", help="a reference translation to teacher-force (default: the model's own)")
     parser.add_argument("--out", default="attention", help="output folder (default: ./attention)")
     parser.add_argument("--layers", type=int, nargs="+", help="0-based layers to plot (default: all)")
     parser.add_argument("--heads", type=int, nargs="+", help="0-based heads to plot (default: all)")
     parser.add_argument("--dpi", type=int, default=120)
+    _add_trust_remote_code(parser)
     parser.set_defaults(func=run_attention)
 
 
@@ -404,7 +444,7 @@ def run_attention(args: argparse.Namespace) -> int:
     """The `attention` subcommand: print the paths of the written plots."""
     from .workflows import AttentionOptions, plot_attention_maps
 
-    names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi")
+    names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi", "trust_remote_code")
     for path in plot_attention_maps(AttentionOptions(**_options(args, names))):
         print(path)
     return 0
@@ -442,6 +482,16 @@ def build_parser(recipe: Recipe = DEFAULT_RECIPE) -> argparse.ArgumentParser:
     return parser
 
 
+# Each command's output: (its attribute in the parsed options, its option), named when the disk fills up.
+_OUTPUT = {
+    "train": ("output_dir", "--output-dir"),
+    "evaluate": ("output", "--output"),
+    "average": ("output", "--output"),
+    "curve": ("model_dir", "model_dir"),
+    "attention": ("out", "--out"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console script entry point; returns the exit status (2 for bad values, as argparse)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -453,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, FileNotFoundError) as error:  # WorkflowError (a ValueError) and the libraries' own checks
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    except Exception as error:  # a full disk: one line naming where it was writing; any other error as it is
+        name, option = _OUTPUT.get(args.command, ("model_dir", "folder"))
+        message = no_space_message(error, getattr(args, name), option)
+        if message is None:
+            raise
+        parser.exit(2, f"{parser.prog} {args.command}: error: {message}\n")
 
 
 __all__ = ["build_parser", "main"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import zlib
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
@@ -33,19 +34,42 @@ MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_fli
 DEFAULT_MAX_LENGTH = 256
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (gzipped if it ends in .gz), without their line ends. Only "\\n" (and a "\\r"
-    before it) ends a line: other Unicode line separators inside a sentence stay part of it."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
-        text = handle.read()
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """The lines of UTF-8 `data` without their line ends. Only "\\n" (and a "\\r" before it: CRLF files) ends a
+    line: other Unicode line separators inside a sentence stay part of it. Bytes that are not UTF-8 raise a
+    ValueError naming `name` (a file, or stdin) and the line, rather than reaching the tokenizer as garbage."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{name} is not UTF-8 text: line {line} has the byte 0x{data[error.start]:02x}, which UTF-8 does not "
+            "allow there. Convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line."
+        ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (gzipped if it ends in .gz), as `decode_lines` splits them. A file that is not
+    UTF-8, or a damaged .gz, raises a ValueError naming the file (and the line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rb") as handle:
+                data = handle.read()
+        except (OSError, EOFError, zlib.error) as error:  # BadGzipFile is an OSError; a truncated file an EOFError
+            raise ValueError(
+                f"{path} is not a readable gzip file ({error}): it is truncated or damaged. Copy or download it "
+                "again, or pass the uncompressed file."
+            ) from None
+    else:
+        data = path.read_bytes()
+    return decode_lines(data, str(path))
 
 
 def load_parallel_files(source_path: str | Path, target_path: str | Path) -> Dataset:
@@ -178,6 +202,7 @@ __all__ = [
     "MULTI30K_LANGUAGES",
     "MULTI30K_SPLITS",
     "check_language_pair",
+    "decode_lines",
     "from_dataset",
     "load_multi30k",
     "load_parallel_files",

@@ -130,8 +130,10 @@ def evaluate_translations(
     batch_size: int = 64,
     generation_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    max_input_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Translate `sources` and score the hypotheses against `references` (one per source).
+    """Translate `sources` (cut to `max_input_tokens` as `translate` does) and score the hypotheses against
+    `references` (one per source).
 
     Returns {"n", "bleu", "bleu_signature", "bleu_lowercase", "bleu_lowercase_signature", "chrf",
     "chrf_signature", "hypotheses", "generation", "seconds"}; the module docstring says what each score is.
@@ -141,7 +143,7 @@ def evaluate_translations(
     if not sources:
         raise ValueError("`sources` is empty; pass at least one sentence to evaluate.")
     started = time.perf_counter()
-    hypotheses = translate(model, tokenizer, sources, batch_size, generation_kwargs, progress)
+    hypotheses = translate(model, tokenizer, sources, batch_size, generation_kwargs, progress, max_input_tokens)
     seconds = time.perf_counter() - started
     generation = model.generation_config.to_diff_dict() | dict(generation_kwargs or {})
     generation = {

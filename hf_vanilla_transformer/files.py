@@ -156,4 +156,31 @@ def replaced_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)  # the new folder on an error, the old one after the swap
 
 
-__all__ = ["MODEL_ENTRIES", "TARGET_TOKENIZER", "TOKENIZER_FILES", "is_model_entry", "replaced_folder"]
+def no_space_message(error: BaseException, path: str | os.PathLike, option: str) -> str | None:
+    """The one-line message for a write that failed because the disk is full, or None for any other error. The
+    failure comes as an OSError ENOSPC from Python, as "os error 28" inside a safetensors error, and from torch's zip
+    writer (torch.save: Trainer checkpoints) as a RuntimeError "[enforce fail at inline_container.cc...]" without
+    the errno: that writer fails so only when a write comes back short, which on a local disk means it is full.
+    `path` is the command's output (named unless the OSError names its file), `option` the option that chose it."""
+    cause: BaseException | None = error
+    while cause is not None:  # the library may have wrapped the failed write
+        text = str(cause)
+        if (
+            (isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))
+            or "os error 28" in text
+            or (isinstance(cause, RuntimeError) and "inline_container.cc" in text)
+        ):
+            where = getattr(cause, "filename", None) or path
+            return f"no space left on device while writing {where}: free space or choose another {option}."
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+__all__ = [
+    "MODEL_ENTRIES",
+    "TARGET_TOKENIZER",
+    "TOKENIZER_FILES",
+    "is_model_entry",
+    "no_space_message",
+    "replaced_folder",
+]

@@ -85,7 +85,7 @@ def evaluate_snapshots(
     points = []
     for path in snapshot_folders(folder):
         info = json.loads((path / SNAPSHOT_FILE).read_text(encoding="utf-8"))
-        model = AutoModelForSeq2SeqLM.from_pretrained(path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False)  # snapshots of this package
         scores = evaluate_translations(model, tokenizer, sources, references, batch_size, kwargs, progress=progress)
         points.append(
             {

@@ -68,32 +68,89 @@ def existing_file(path: str | os.PathLike | None, option: str) -> Path | None:
     return Path(path) if path is not None else None
 
 
-def model_folder(path: str | os.PathLike) -> Path:
-    """`path` as a Path after checking that it is a saved model folder."""
+def model_folder(
+    path: str | os.PathLike,
+    trust_remote_code: bool | None = False,
+    *,
+    name: str = "`model_dir`",
+    tokenizer: bool = True,
+) -> Path:
+    """`path` as a Path after the checks every command that loads a model folder makes first, so that a wrong folder
+    is one clear error (naming it as `name`) rather than a traceback from transformers: config.json is there and is
+    a JSON object; the model is this package's (whose code is installed), with its tokenizer.json when `tokenizer`;
+    or, only with `trust_remote_code`, one whose config's auto_map names code in the folder, which would run.
+    `trust_remote_code` None: the command takes only this package's folders (average, curve), so no flag helps."""
+    from .configuration_vanilla_transformer import VanillaTransformerConfig
+
     folder = Path(path)
-    if not (folder / "config.json").is_file():
+    config_file = folder / "config.json"
+    if not config_file.is_file():
         raise WorkflowError(
-            f"`model_dir` {path} is not a saved model folder (no config.json). Pass the --output-dir of `train` "
-            "or a folder written by save_pretrained."
+            f"{name} {path} is not a saved model folder (no config.json). Pass the --output-dir of `train` or a "
+            "folder written by save_pretrained."
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise WorkflowError(
+            f"{config_file} is not valid JSON ({error}): the folder is damaged. Save or download the model again."
+        ) from None
+    if not isinstance(config, dict):
+        raise WorkflowError(f"{config_file} is not a JSON object: the folder is damaged. Save or download it again.")
+    ours = VanillaTransformerConfig.model_type
+    model_type = config.get("model_type")
+    if model_type == ours:
+        if tokenizer and not (folder / "tokenizer.json").is_file():
+            raise WorkflowError(
+                f"{name} {path} has no tokenizer (no tokenizer.json). Save the tokenizer into the folder "
+                "(tokenizer.save_pretrained), or copy tokenizer.json and tokenizer_config.json from the run that "
+                "trained the model."
+            )
+    elif "auto_map" in config and trust_remote_code is not None:
+        if not trust_remote_code:
+            raise WorkflowError(
+                f"{name} {path} holds a model of type {model_type!r} whose code comes with the folder (auto_map in "
+                "config.json); loading it would run that code. Pass --trust-remote-code if you trust the folder."
+            )
+    else:
+        raise WorkflowError(
+            f"{name} {path} holds a model of type {model_type!r}, not {ours!r}. Pass a folder written by `train` "
+            "or by `python -m conversion` (which converts Marian and other formats)."
         )
     return folder
 
 
-def trained_languages(model_dir: Path) -> tuple[str, str]:
-    """The (source, target) languages a folder written by `train` records in results.json; ("en", "de") otherwise."""
+def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[str, str]:
+    """(`src_lang`, `tgt_lang`); where one is None, the language a folder written by `train` records in
+    results.json, else en / de. A damaged results.json is named (when it is needed at all)."""
     results_file = model_dir / RESULTS_FILE
-    trained = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
-    src_lang, tgt_lang = trained.get("languages", ["en", "de"])
-    return src_lang, tgt_lang
+    if (src_lang is not None and tgt_lang is not None) or not results_file.is_file():
+        return src_lang or "en", tgt_lang or "de"
+    try:
+        trained_src, trained_tgt = json.loads(results_file.read_text(encoding="utf-8")).get("languages", ["en", "de"])
+    except (ValueError, AttributeError, TypeError) as error:  # not JSON, not an object, not a pair of languages
+        raise WorkflowError(
+            f"{results_file} is damaged ({error}); it should hold the run's results as JSON. Pass --src-lang and "
+            "--tgt-lang, or delete the file."
+        ) from None
+    return src_lang or trained_src, tgt_lang or trained_tgt
 
 
-def load_model(model_dir: str | os.PathLike, **kwargs: Any) -> Any:
-    """A saved model for decoding, on the GPU when there is one (evaluation is mostly beam search)."""
+def load_model(model_dir: str | os.PathLike, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+    """A saved model for decoding, on the GPU when there is one (evaluation is mostly beam search). Code that comes
+    with the folder runs only with `trust_remote_code` (transformers would otherwise ask on the terminal)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, **kwargs)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
     return model.to("cuda") if torch.cuda.is_available() else model
+
+
+def load_tokenizer(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Any:
+    """The tokenizer saved in `model_dir`; code that comes with the folder runs only with `trust_remote_code`."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
 
 
 def _generation_kwargs(num_beams: int | None) -> dict[str, Any] | None:
@@ -345,12 +402,10 @@ def training_attention(device: torch.device) -> str:
 
 def _evaluate_folder(model_dir: Path, sources: list[str], references: list[str], options: TrainOptions) -> dict:
     """Load the saved folder the way users will and score it with its own (§6.1) decoding."""
-    from transformers import AutoTokenizer
-
     from .evaluation import evaluate_translations
 
     model = load_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     results = evaluate_translations(
         model, tokenizer, sources, references, batch_size=options.eval_batch_size, progress=options.progress
     )
@@ -407,7 +462,6 @@ def train(options: TrainOptions) -> TrainResult | None:
     Returns None on the processes other than the main one of a distributed run (torchrun, accelerate launch),
     where the main process alone writes the results."""
     import torch
-    from transformers import AutoTokenizer
 
     from . import VanillaTransformerConfig
     from .data import tokenize_pairs
@@ -483,12 +537,12 @@ def train(options: TrainOptions) -> TrainResult | None:
 
     print(f"Training pairs: {len(train_pairs):,} ({data_name}, {options.src_lang} -> {options.tgt_lang})", flush=True)
     if options.tokenizer is not None:
-        given_tokenizer = AutoTokenizer.from_pretrained(options.tokenizer)
+        given_tokenizer = load_tokenizer(options.tokenizer)
         tokenizer_identity = tokenizer_fingerprint(given_tokenizer)
     else:
         tokenizer_identity = f"a joint BPE of --vocab-size {options.vocab_size}"
     if resume_from is not None:  # the run's own tokenizer; the options' must be the same (check_same_run)
-        tokenizer = AutoTokenizer.from_pretrained(resume_from)
+        tokenizer = load_tokenizer(resume_from)
     elif options.tokenizer is not None:
         tokenizer = given_tokenizer
     else:
@@ -679,31 +733,35 @@ class EvaluateOptions:
     num_beams: int | None = None
     output: str | os.PathLike | None = None
     progress: bool = True
+    max_input_tokens: int | None = None
+    trust_remote_code: bool = False
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     """Translate the test set with the model's own decoding (§6.1 unless `num_beams`) and score it; returns
     `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the hypotheses)."""
-    from transformers import AutoTokenizer
-
     from .data import load_multi30k, read_lines
     from .evaluation import evaluate_translations, write_results_json
 
-    model_dir = model_folder(options.model_dir)
+    model_dir = model_folder(options.model_dir, options.trust_remote_code)
     if (options.src is None) != (options.ref is None):
         raise WorkflowError("`--src` and `--ref` go together; pass both files or neither.")
     if options.src is not None:
         sources = read_lines(existing_file(options.src, "--src"))
         references = read_lines(existing_file(options.ref, "--ref"))
     else:
-        src_lang, tgt_lang = trained_languages(model_dir)
-        src_lang, tgt_lang = options.src_lang or src_lang, options.tgt_lang or tgt_lang
+        src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
         pairs = load_multi30k(src_lang, tgt_lang, splits=(options.split,))[options.split]
         sources, references = list(pairs["source"]), list(pairs["target"])
-    if options.output is not None:
+    if options.output is not None:  # checked before decoding, which can take long
+        if Path(options.output).is_dir():
+            raise WorkflowError(
+                f"`--output` {options.output} is a folder; it names the JSON file to write. Pass a file name, e.g. "
+                f"{Path(options.output) / 'scores.json'}."
+            )
         writable_folder(Path(options.output).parent, "--output")
-    model = load_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = load_model(model_dir, options.trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
         model,
         tokenizer,
@@ -712,6 +770,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         options.batch_size,
         _generation_kwargs(options.num_beams),
         progress=options.progress,
+        max_input_tokens=options.max_input_tokens,
     )
     if options.output is not None:
         write_results_json(options.output, results)
@@ -729,22 +788,29 @@ class TranslateOptions:
     sentences: Sequence[str]
     batch_size: int = 32
     num_beams: int | None = None
+    max_input_tokens: int | None = None
+    trust_remote_code: bool = False
 
 
 def translate(options: TranslateOptions) -> list[str]:
-    """One translation per sentence, in input order."""
-    from transformers import AutoTokenizer
-
+    """One translation per sentence, in input order; sources longer than `max_input_tokens` (default: the
+    tokenizer's limit) are cut, with one warning that counts them."""
     from .evaluation import translate as translate_batches
 
-    model_dir = model_folder(options.model_dir)
+    model_dir = model_folder(options.model_dir, options.trust_remote_code)
     if not options.sentences:
-        raise WorkflowError("Nothing to translate: pass sentences as arguments or on stdin.")
-    model = load_model(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        raise WorkflowError("Nothing to translate: pass sentences as arguments, with --input or on stdin.")
+    model = load_model(model_dir, options.trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     generation_kwargs = _generation_kwargs(options.num_beams)
     return translate_batches(
-        model, tokenizer, list(options.sentences), options.batch_size, generation_kwargs, progress=False
+        model,
+        tokenizer,
+        list(options.sentences),
+        options.batch_size,
+        generation_kwargs,
+        progress=False,
+        max_input_tokens=options.max_input_tokens,
     )
 
 
@@ -780,6 +846,8 @@ def average(options: AverageOptions) -> AverageResult:
         for path in paths:
             if not path.exists():
                 raise WorkflowError(f"Checkpoint {path} does not exist. Check the path.")
+            if path.is_dir():  # a folder of this package's model; a .safetensors file is averaged as it is
+                model_folder(path, None, name="Checkpoint", tokenizer=False)
     output = writable_folder(options.output, "--output")
     write_averaged_model(paths, output)
     return AverageResult(paths, output)
@@ -812,21 +880,18 @@ class CurveResult:
 
 def learning_curve(options: CurveOptions) -> CurveResult:
     """Validation BLEU (greedy) of the run's snapshots into MODEL_DIR/learning_curve.json and learning_curve.png."""
-    from transformers import AutoTokenizer
-
     from .data import load_multi30k
     from .learning_curve import CURVE_JSON, CURVE_PNG, write_learning_curve
 
-    model_dir = model_folder(options.model_dir)
-    src_lang, tgt_lang = trained_languages(model_dir)
-    src_lang, tgt_lang = options.src_lang or src_lang, options.tgt_lang or tgt_lang
+    model_dir = model_folder(options.model_dir, None)  # a run of `train`: this package's model
+    src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
     pairs = load_multi30k(src_lang, tgt_lang, splits=("validation",))["validation"]
     if options.limit is not None:
         pairs = pairs.select(range(min(options.limit, len(pairs))))
     print("Learning curve: validation BLEU (greedy) of each snapshot", flush=True)
     points = write_learning_curve(
         model_dir,
-        AutoTokenizer.from_pretrained(model_dir),
+        load_tokenizer(model_dir),
         list(pairs["source"]),
         list(pairs["target"]),
         batch_size=options.batch_size,
@@ -851,16 +916,20 @@ class AttentionOptions:
     layers: list[int] | None = None
     heads: list[int] | None = None
     dpi: int = 120
+    trust_remote_code: bool = False
 
 
 def plot_attention_maps(options: AttentionOptions) -> list[Path]:
     """Encoder self-, decoder self- and encoder-decoder attention grids as PNGs; returns their paths."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
 
     from .attention_maps import plot_attention
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(options.model_dir, attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(options.model_dir)
+    model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        model_dir, attn_implementation="eager", trust_remote_code=options.trust_remote_code
+    )
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     return plot_attention(
         model,
         tokenizer,
@@ -888,6 +957,8 @@ __all__ = [
     "evaluate",
     "existing_file",
     "learning_curve",
+    "load_model",
+    "load_tokenizer",
     "model_folder",
     "plot_attention_maps",
     "train",

@@ -2,7 +2,10 @@
 writes a folder that `pipeline("translation")` loads, then `evaluate`, `translate`, `average` and `--resume` on it."""
 
 import gzip
+import io
 import json
+import shutil
+import struct
 
 import pytest
 from transformers import pipeline
@@ -220,6 +223,225 @@ def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, 
 
 
 def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, capsys) -> None:
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text('{"model_type": "vanilla_transformer"}')
+    (tmp_path / "tokenizer.json").write_text("{}")
     code, _, err = run(["evaluate", str(tmp_path), "--src-lang", "xx"], capsys)
     assert code == 2 and "`src_lang` must be one of en, de, fr for Multi30k, got 'xx'" in err
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+# Each error is one line on stderr with exit status 2, naming the file or option and the fix.
+
+
+@pytest.fixture(scope="module")
+def bpe_model(tmp_path_factory):
+    """A tiny untrained model with a byte-level BPE (which keeps "\r" as a token, as the real tokenizer does)."""
+    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+    from hf_vanilla_transformer.tokenization import special_token_ids, train_bpe_tokenizer
+
+    from .conftest import tiny_model
+
+    with gzip.open(MULTI30K_DIR / "train.en.gz", "rt", encoding="utf-8") as handle:
+        lines = [next(handle).strip() for _ in range(200)]
+    tokenizer = train_bpe_tokenizer(lines, vocab_size=300)
+    model = tiny_model(vocab_size=len(tokenizer), **special_token_ids(tokenizer))
+    model.generation_config = paper_generation_config(model.config)
+    folder = tmp_path_factory.mktemp("bpe") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def one_line_error(code: int, err: str, *parts: str) -> None:
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, err
+
+
+def translate_stdin(folder, data: bytes, capsys, monkeypatch, *options: str) -> tuple[int, str, str]:
+    """`translate FOLDER` with `data` on stdin, which Python (like the real stdin) splits at "\n" only. The untrained
+    model's output may hold any character, so its lines are counted by "\n"."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n"))
+    return run(["translate", str(folder), "--num-beams", "1", *options], capsys)
+
+
+def test_translate_reads_crlf_input_as_lf(bpe_model, capsys, monkeypatch, tmp_path) -> None:
+    lines = ["A man in a blue shirt.", "Two dogs play in the snow.", "A girl."]
+    code, lf, _ = translate_stdin(bpe_model, "".join(f"{line}\n" for line in lines).encode(), capsys, monkeypatch)
+    assert code == 0 and lf.count("\n") == 3
+    crlf = "".join(f"{line}\r\n" for line in lines).encode()
+    assert translate_stdin(bpe_model, crlf, capsys, monkeypatch)[:2] == (0, lf)
+    (tmp_path / "input.txt").write_bytes(crlf)
+    assert run(["translate", str(bpe_model), "--input", str(tmp_path / "input.txt"), "--num-beams", "1"], capsys)[
+        :2
+    ] == (0, lf)
+
+
+def test_max_input_tokens_cuts_with_one_warning_that_counts(bpe_model, capsys, monkeypatch, caplog) -> None:
+    data = ("A dog. " * 40 + "\nA girl.\nA man on a bike. " + "A dog. " * 30 + "\n").encode()
+    code, out, _ = translate_stdin(bpe_model, data, capsys, monkeypatch, "--max-input-tokens", "20")
+    assert code == 0 and out.count("\n") == 3
+    warnings = [record.getMessage() for record in caplog.records if "longer than" in record.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("2 of 3 sources are longer than 20 tokens"), warnings
+
+
+def test_translate_refuses_stdin_that_is_not_utf8(bpe_model, capsys, monkeypatch) -> None:
+    code, _, err = translate_stdin(bpe_model, b"A dog.\nCaf\xe9 au lait.\n", capsys, monkeypatch)
+    one_line_error(code, err, "stdin is not UTF-8 text: line 2 has the byte 0xe9", "iconv")
+
+
+def _folder_without_tokenizer(folder, target) -> None:
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns("tokenizer*"))
+
+
+def _bart_folder(folder, target) -> None:
+    shutil.copytree(folder, target)
+    (target / "config.json").write_text('{"model_type": "bart", "vocab_size": 300, "d_model": 32}')
+
+
+def _config_not_json(folder, target) -> None:
+    shutil.copytree(folder, target)
+    (target / "config.json").write_text('{"model_type": ')
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_folder_without_tokenizer, "has no tokenizer (no tokenizer.json). Save the tokenizer into the folder"),
+        (_bart_folder, "holds a model of type 'bart', not 'vanilla_transformer'. Pass a folder written by `train`"),
+        (_config_not_json, "config.json is not valid JSON (Expecting value"),
+    ],
+)
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention", "average"])
+def test_wrong_model_folders_are_one_line(bpe_model, tmp_path, capsys, damage, message, command) -> None:
+    folder = tmp_path / "folder"
+    damage(bpe_model, folder)
+    if command == "average" and damage is _folder_without_tokenizer:
+        pytest.skip("checkpoints average without a tokenizer")
+    argv = {
+        "translate": ["translate", str(folder), "A dog."],
+        "evaluate": ["evaluate", str(folder), "--split", "validation"],
+        "attention": ["attention", str(folder), "A dog.", "--out", str(tmp_path / "maps")],
+        "average": ["average", str(bpe_model), str(folder), "-o", str(tmp_path / "avg")],
+    }[command]
+    code, _, err = run(argv, capsys)
+    one_line_error(code, err, str(folder), message)
+
+
+def test_attention_on_a_missing_folder_is_one_line(tmp_path, capsys) -> None:
+    code, _, err = run(["attention", str(tmp_path / "missing"), "A dog."], capsys)
+    one_line_error(code, err, f"`model_dir` {tmp_path / 'missing'} is not a saved model folder (no config.json)")
+
+
+def test_evaluate_output_folder_is_refused_before_decoding(bpe_model, tmp_path, capsys, monkeypatch) -> None:
+    import hf_vanilla_transformer.evaluation as evaluation
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before checking --output")
+
+    monkeypatch.setattr(evaluation, "translate", no_decoding)
+    (tmp_path / "src.txt").write_text("A dog.\n")
+    argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt")]
+    code, _, err = run([*argv, "--output", str(tmp_path)], capsys)
+    one_line_error(code, err, f"`--output` {tmp_path} is a folder; it names the JSON file to write")
+
+
+def test_damaged_results_json_is_named(bpe_model, tmp_path, capsys) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(bpe_model, folder)
+    (folder / "results.json").write_text('{"languages": ')
+    code, _, err = run(["evaluate", str(folder)], capsys)
+    one_line_error(code, err, f"{folder / 'results.json'} is damaged", "Pass --src-lang and --tgt-lang")
+
+
+def test_average_names_a_safetensors_file_with_an_absurd_header_length(bpe_model, tmp_path, capsys) -> None:
+    folder = tmp_path / "damaged"
+    shutil.copytree(bpe_model, folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(struct.pack("<Q", 2**62) + weights.read_bytes()[8:])
+    code, _, err = run(["average", str(bpe_model), str(folder), "-o", str(tmp_path / "avg")], capsys)
+    one_line_error(code, err, f"{weights} is damaged: not a readable safetensors file (", "header too large")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"A dog.\nCaf\xe9.\n", "train.src is not UTF-8 text: line 2 has the byte 0xe9"),
+        (b"\x1f\x8b\x08\x00\x00\x00", "train.src.gz is not a readable gzip file ("),
+    ],
+)
+def test_training_data_that_cannot_be_read_is_named(tmp_path, capsys, content, message) -> None:
+    name = "train.src.gz" if content.startswith(b"\x1f\x8b") else "train.src"
+    (tmp_path / name).write_bytes(content)
+    (tmp_path / "train.tgt").write_text("Ein Hund.\nKaffee.\n")
+    argv = ["train", "--train-src", str(tmp_path / name), "--train-tgt", str(tmp_path / "train.tgt")]
+    code, _, err = run([*argv, "--output-dir", str(tmp_path / "out")], capsys)
+    one_line_error(code, err, message)
+
+
+def test_truncated_gzip_data_is_named(tmp_path) -> None:
+    from hf_vanilla_transformer.data import read_lines
+
+    whole = gzip.compress(("A dog on the grass.\n" * 200).encode())
+    (tmp_path / "data.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"data\.gz is not a readable gzip file .* truncated or damaged"):
+        read_lines(tmp_path / "data.gz")
+
+
+# ---------------------------------------------------------------------------------------------------- remote code
+
+
+def _remote_code_folder(folder, target):
+    """`folder` as another model type whose config.json auto_map points at a code file that, when imported, writes
+    a marker file (what a malicious folder would do instead)."""
+    shutil.copytree(folder, target)
+    config = json.loads((target / "config.json").read_text())
+    config.update(
+        model_type="evil",
+        auto_map={
+            "AutoConfig": "evil_code.EvilConfig",
+            "AutoModelForSeq2SeqLM": "evil_code.EvilModel",
+            "AutoTokenizer": ["evil_code.EvilTokenizer", None],
+        },
+    )
+    (target / "config.json").write_text(json.dumps(config))
+    marker = target.parent / "code-ran"
+    (target / "evil_code.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    return marker
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "attention"])
+def test_remote_code_never_runs_without_trust_remote_code(bpe_model, tmp_path, capsys, command) -> None:
+    folder = tmp_path / "foreign"
+    marker = _remote_code_folder(bpe_model, folder)
+    argv = {
+        "translate": ["translate", str(folder), "A dog."],
+        "evaluate": ["evaluate", str(folder), "--split", "validation"],
+        "attention": ["attention", str(folder), "A dog.", "--out", str(tmp_path / "maps")],
+    }[command]
+    code, _, err = run(argv, capsys)
+    one_line_error(code, err, "holds a model of type 'evil'", "Pass --trust-remote-code if you trust the folder")
+    assert not marker.exists()
+
+
+def test_loading_passes_trust_remote_code_false_unless_asked(bpe_model, tmp_path, capsys, monkeypatch) -> None:
+    """Our own folders load without the flag (their model type is registered by the installed package); every
+    from_pretrained of the CLI is told trust_remote_code=False (so transformers never asks), True with the flag."""
+    import transformers
+
+    seen = []
+    for auto in (transformers.AutoModelForSeq2SeqLM, transformers.AutoTokenizer):
+        original = auto.from_pretrained.__func__
+
+        def spy(cls, *args, _original=original, **kwargs):
+            seen.append((cls.__name__, kwargs.get("trust_remote_code")))
+            return _original(cls, *args, **kwargs)
+
+        monkeypatch.setattr(auto, "from_pretrained", classmethod(spy))
+    code, out, _ = run(["translate", str(bpe_model), "A dog.", "--num-beams", "1"], capsys)
+    assert code == 0 and out.count("\n") == 1
+    assert sorted(seen) == [("AutoModelForSeq2SeqLM", False), ("AutoTokenizer", False)]
+    seen.clear()
+    code, _, _ = run(["translate", str(bpe_model), "A dog.", "--num-beams", "1", "--trust-remote-code"], capsys)
+    assert code == 0 and sorted(seen) == [("AutoModelForSeq2SeqLM", True), ("AutoTokenizer", True)]

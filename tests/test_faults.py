@@ -612,3 +612,119 @@ def test_averaging_writes_our_auto_map_never_a_foreign_one(tmp_path) -> None:
     with pytest.raises(ValueError, match="model_type 'bart'"):
         write_averaged_model([checkpoint], tmp_path / "bart")
     assert not (tmp_path / "bart").exists()
+
+
+@pytest.mark.parametrize("fmt", ["nn-transformer", "annotated"])
+def test_a_folder_given_as_the_checkpoint_is_one_clear_line(fmt, tmp_path, capsys) -> None:
+    """A folder where the .pt file belongs (before: an IsADirectoryError traceback from torch.load)."""
+    code, error = convert(TUTORIAL.parent, tmp_path / "out", capsys, fmt)
+    assert code == 2 and f"{TUTORIAL.parent} is a folder; pass the checkpoint file itself" in error, error
+    assert len(error.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------ disk full
+# What a full disk raises, as recorded on a full tmpfs (torch 2.13, safetensors 0.7): torch.save (the Trainer's
+# optimizer.pt, scheduler.pt, rng_state.pth) drops the errno; safetensors keeps it inside its own message.
+TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
+SAFETENSORS_DISK_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
+
+
+def cli_error_line(argv: list[str], capsys) -> tuple[int, str]:
+    """`hf-vanilla-transformer ARGV`: exit code and the last line of stderr (progress bars come before it)."""
+    from hf_vanilla_transformer.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr().err.splitlines()[-1]
+
+
+def last_line(error: str) -> str:
+    """The error line of a command's stderr, after any progress bars; a traceback would end in another line."""
+    return error.splitlines()[-1]
+
+
+def test_disk_full_during_a_training_save_is_one_line(tmp_path, capsys, monkeypatch) -> None:
+    """Before: `RuntimeError: [enforce fail at inline_container.cc:672]`, a traceback saying nothing about space."""
+    from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+
+    from .train_script import TEST_PRESET
+
+    def full_disk(obj, f, *args, **kwargs):
+        raise RuntimeError(TORCH_DISK_FULL)
+
+    monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
+    monkeypatch.setattr(torch, "save", full_disk)
+    corpus, output = write_corpus(tmp_path / "corpus"), tmp_path / "model"
+    code, error = cli_error_line(train_args(corpus, output, 2), capsys)
+    assert code == 2
+    assert error == (
+        f"hf-vanilla-transformer train: error: no space left on device while writing {output}: free space or "
+        "choose another --output-dir."
+    )
+
+
+@pytest.mark.parametrize("raised", ["oserror", "safetensors"])
+def test_disk_full_while_averaging_or_converting_is_one_line(raised, tmp_path, capsys, monkeypatch) -> None:
+    """Averaging (safetensors written by this package) and converting (by save_pretrained) on a full disk."""
+    import transformers
+    from safetensors import SafetensorError
+
+    import hf_vanilla_transformer.averaging as averaging
+
+    from .conftest import tiny_model
+
+    def full_disk(tensors, filename, *args, **kwargs):
+        if raised == "oserror":
+            raise OSError(28, "No space left on device", str(filename))
+        raise SafetensorError(SAFETENSORS_DISK_FULL)
+
+    tiny_model().save_pretrained(tmp_path / "checkpoint")
+    monkeypatch.setattr(averaging, "save_file", full_disk)
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    output = tmp_path / "averaged"
+    code, error = cli_error_line(["average", str(tmp_path / "checkpoint"), "-o", str(output)], capsys)
+    # The OSError names the file it was writing (inside the sibling folder that replaces the output whole).
+    where = "averaged" if raised == "oserror" else str(output)
+    assert code == 2 and error.startswith("hf-vanilla-transformer average: error: no space left on device"), error
+    assert f"while writing {tmp_path}" in error and where in error and error.endswith("choose another --output.")
+    code, error = convert(TUTORIAL, tmp_path / "converted", capsys)
+    error = last_line(error)
+    assert code == 2 and error.startswith("python -m conversion nn-transformer: error: no space left on device")
+    assert "converted" in error and error.endswith("free space or choose another OUTPUT folder."), error
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_real_full_disk_while_averaging_is_one_line(tmp_path, capsys) -> None:
+    """The same on a real 64 KiB tmpfs (the tiny model's weights alone are larger), where the system allows it."""
+    from .conftest import tiny_model
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=False).returncode:
+        pytest.skip("this system refuses to mount a tmpfs")
+    try:
+        tiny_model().save_pretrained(tmp_path / "checkpoint")
+        code, error = cli(["average", str(tmp_path / "checkpoint"), "-o", str(small / "averaged")], capsys)
+        assert code == 2 and "no space left on device while writing" in error and str(small) in error, error
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+def test_the_marian_converter_never_runs_a_folders_code(tmp_path, capsys) -> None:
+    """A folder of another model type whose config.json auto_map names a code file (one that would write a marker
+    when imported): one line, exit 2, and the code never runs (before: transformers' multi-line remote-code error, or
+    its prompt on a terminal)."""
+    from conversion.__main__ import main
+
+    source, marker = tmp_path / "foreign", tmp_path / "code-ran"
+    source.mkdir()
+    auto_map = {"AutoConfig": "evil_code.EvilConfig", "AutoModelForSeq2SeqLM": "evil_code.EvilModel"}
+    (source / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": auto_map}))
+    (source / "evil_code.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["marian", str(source), str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and error.count("\n") == 1, error
+    assert f"{source} holds a model of type 'evil', not a Marian" in error and not marker.exists()
