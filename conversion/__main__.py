@@ -9,6 +9,7 @@ from typing import Any
 from hf_vanilla_transformer.files import no_space_message
 
 from . import annotated, fairseq, marian, nn_transformer, opennmt
+from ._common import add_card_arguments
 
 # Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
 # is the format's help. Add a format with one line here.
@@ -31,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     formats = parser.add_subparsers(dest="format", metavar="FORMAT", required=True, help="the source format:")
     for name, entry in FORMATS.items():
         summary = (entry.__doc__ or name).strip().splitlines()[0]
-        entry.add_arguments(formats.add_parser(name, help=summary, description=summary))
+        format_parser = formats.add_parser(name, help=summary, description=summary)
+        entry.add_arguments(format_parser)
+        add_card_arguments(format_parser)  # --base-model, --license: the card's metadata, the same for every format
     return parser
 
 

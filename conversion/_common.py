@@ -316,6 +316,19 @@ def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_card_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--base-model` and `--license`, the model card's metadata that only the user knows, for every format."""
+    parser.add_argument(
+        "--base-model",
+        help="the source model's Hub repository id, recorded as the card's base_model (default: none recorded)",
+    )
+    parser.add_argument(
+        "--license",
+        help="the Hub license id of the converted weights (default: the one the source's own model card states, "
+        "else none)",
+    )
+
+
 # -------------------------------------------------------------------------------------- the converted result
 @dataclass
 class Converted:
@@ -327,6 +340,8 @@ class Converted:
     settings: dict[str, Any] = field(default_factory=dict)  # the source's settings as read
     facts: dict[str, str] = field(default_factory=dict)  # about the source, for the model card's table
     notes: list[str] = field(default_factory=list)  # for the model card's notes
+    languages: list[str] = field(default_factory=list)  # source and target, for the card's metadata, when known
+    source_metadata: dict[str, Any] = field(default_factory=dict)  # the source's own card (source_card_metadata)
 
 
 @dataclass(frozen=True)
@@ -443,13 +458,15 @@ def finish(
     usage: str,
     card_config: PretrainedConfig | None = None,
     extra_files: Callable[[Path], list[str]] | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
 ) -> Path:
     """The one step every format ends with: verify `converted.model` against the source's outputs (`check`, within
     `tolerances` = (atol, atol_fp32)), write the folder atomically (weights as safetensors, config, generation
     config, tokenizers, the files `extra_files(folder)` writes, the model card), reload it and check that it
     reproduces the model exactly. The card's architecture table is `card_config` (default: the model's own
-    config, when it is ours). Weights with NaN, inf or an all-zero matrix are refused first (`check_weights`).
-    Returns the folder."""
+    config, when it is ours); its metadata records `base_model` and `license` (`--base-model`, `--license`).
+    Weights with NaN, inf or an all-zero matrix are refused first (`check_weights`). Returns the folder."""
     model, facts = converted.model, converted.facts
     check_weights(model.state_dict())
     if check.compare is None:
@@ -468,6 +485,11 @@ def finish(
         converted.notes,
         config=card_config if isinstance(card_config, VanillaTransformerConfig) else None,
         generation=converted.generation_config.to_diff_dict(),
+        source=check.source,
+        license=license,
+        base_model=base_model,
+        source_metadata=converted.source_metadata,
+        languages=converted.languages,
     )
     model.generation_config = converted.generation_config
     copied: list[str] = []
@@ -495,8 +517,8 @@ def finish_against_reference(
     tokenizer_note: str,
 ) -> None:
     """`finish` for a converter verified against the teacher-forced logits its source stored (`--reference`, None:
-    unverified, `hint` says how to get them), within `--atol` / `--atol-fp32`, written to `args.output`; the card's
-    usage example tokenizes `example` (`usage_snippet`)."""
+    unverified, `hint` says how to get them), within `--atol` / `--atol-fp32`, written to `args.output` with
+    `--base-model` and `--license` in its card; the card's usage example tokenizes `example` (`usage_snippet`)."""
     usage = usage_snippet(
         args.output,
         example,
@@ -505,7 +527,15 @@ def finish_against_reference(
     )
     check = reference_check(args.reference, source, hint)
     finish(
-        converted, args.output, check, (args.atol, args.atol_fp32), title=title, description=description, usage=usage
+        converted,
+        args.output,
+        check,
+        (args.atol, args.atol_fp32),
+        title=title,
+        description=description,
+        usage=usage,
+        base_model=args.base_model,
+        license=args.license,
     )
 
 
@@ -516,6 +546,7 @@ __all__ = [
     "Converted",
     "KeyRule",
     "SourceCheck",
+    "add_card_arguments",
     "add_tolerance_arguments",
     "apply_key_map",
     "check_weights",

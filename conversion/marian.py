@@ -34,6 +34,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConf
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+from model_card import source_card_metadata
 
 from ._common import (
     Converted,
@@ -274,6 +275,7 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
             "Token ids, special tokens and the generation config are Marian's (<pad> starts the decoder).",
             "The tokenizer files are copied as they are; a MarianTokenizer needs `pip install sentencepiece`.",
         ],
+        source_metadata=source_card_metadata(args.source),
     )
     check = SourceCheck(
         "MarianMTModel",
@@ -289,6 +291,8 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
         description=f"Converted with `python -m conversion marian` from the MarianMTModel folder `{args.source}`.",
         usage=usage_snippet(args.output, "A sentence to translate."),
         extra_files=lambda folder: copy_tokenizer(args.source, folder),
+        base_model=args.base_model,
+        license=args.license,
     )
     return model
 
@@ -458,7 +462,13 @@ def export(args: argparse.Namespace) -> MarianMTModel:
     )
     ct2 = f"# CTranslate2: ct2-transformers-converter --model {args.output} --output_dir {args.output.name}-ct2"
     finish(
-        Converted(marian, marian.generation_config, facts=facts, notes=notes),
+        Converted(
+            marian,
+            marian.generation_config,
+            facts=facts,
+            notes=notes,
+            source_metadata=source_card_metadata(args.source),
+        ),
         args.output,
         check,
         (args.atol, args.atol_fp32),
@@ -468,6 +478,8 @@ def export(args: argparse.Namespace) -> MarianMTModel:
         usage=usage_snippet(args.output, "A sentence to translate.", model_class="MarianMTModel", after=[ct2]),
         card_config=model.config,
         extra_files=lambda folder: write_tokenizer(args.source, folder, new_id),
+        base_model=args.base_model,
+        license=args.license,
     )
     return marian
 

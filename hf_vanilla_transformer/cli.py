@@ -110,7 +110,7 @@ _TRAIN_OPTIONS = (
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
-    *("output_dir", "eval_batch_size", "examples", "logging_steps"),
+    *("output_dir", "eval_batch_size", "examples", "logging_steps", "license"),
 )
 
 
@@ -250,6 +250,11 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     output.add_argument("--examples", type=int, default=5, help="example translations to print")
     output.add_argument("--logging-steps", type=_positive_int, default=50)
     output.add_argument("--no-progress", action="store_true", help="no progress bars")
+    output.add_argument(
+        "--license",
+        help="the model card's Hub license id (default: the training data's own terms: Multi30k's non-commercial "
+        "research terms as `license: other`; none for other data)",
+    )
     parser.set_defaults(func=run_train)
 
 

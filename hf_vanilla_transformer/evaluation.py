@@ -158,6 +158,27 @@ def evaluate_translations(
     }
 
 
+# A sentence outside the image-description domain of Multi30k (from the paper's abstract), by source language: the
+# model card shows its translation to make the domain limitation concrete.
+OUT_OF_DOMAIN = {
+    "en": "The Transformer is based solely on attention mechanisms, dispensing with recurrence and convolutions.",
+    "de": "Der Transformer beruht ausschließlich auf Aufmerksamkeitsmechanismen, ohne Rekurrenz und Faltungen.",
+    "fr": "Le Transformer repose uniquement sur des mécanismes d'attention, sans récurrence ni convolutions.",
+}
+
+
+def out_of_domain_translation(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, src_lang: str
+) -> dict[str, str] | None:
+    """{"source", "translation"}: the model's translation (its own decoding) of the out-of-domain sentence in
+    `src_lang`, for the model card's limitations; None for a language without one."""
+    source = OUT_OF_DOMAIN.get(src_lang)
+    if source is None:
+        return None
+    (translation,) = translate(model, tokenizer, [source], progress=False)
+    return {"source": source, "translation": translation}
+
+
 def write_results_json(path: str | Path, results: dict[str, Any]) -> Path:
     """Write `results` (e.g. from `evaluate_translations`) as indented UTF-8 JSON; parent folders are created."""
     path = Path(path)
@@ -166,4 +187,11 @@ def write_results_json(path: str | Path, results: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["evaluate_translations", "score_translations", "translate", "write_results_json"]
+__all__ = [
+    "OUT_OF_DOMAIN",
+    "evaluate_translations",
+    "out_of_domain_translation",
+    "score_translations",
+    "translate",
+    "write_results_json",
+]

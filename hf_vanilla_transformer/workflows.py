@@ -170,6 +170,7 @@ class TrainOptions:
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
+    `license`: the Hub license id of the model card; None: the training data's own terms (Multi30k's), else none.
     """
 
     output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR
@@ -210,6 +211,7 @@ class TrainOptions:
     logging_steps: int = 50
     progress: bool = True
     command: str | None = None
+    license: str | None = None
 
     @classmethod
     def from_recipe(cls, recipe: Recipe = DEFAULT_RECIPE, **options: Any) -> TrainOptions:
@@ -424,7 +426,9 @@ def _print_examples(pairs: Dataset, hypotheses: list[str], count: int) -> None:
         print(flush=True)
 
 
-def _write_model_card(output_dir: Path, summary: dict, options: TrainOptions, data_name: str) -> None:
+def _write_model_card(
+    output_dir: Path, summary: dict, options: TrainOptions, data_name: str, example_text: str | None
+) -> None:
     try:
         from model_card import write_model_card
     except ImportError as error:  # the card is a by-product: a missing extra must not cost the trained model
@@ -432,7 +436,8 @@ def _write_model_card(output_dir: Path, summary: dict, options: TrainOptions, da
         return
 
     results = dict(summary["test"], dataset=data_name)
-    if data_name == "multi30k":
+    multi30k = data_name == "multi30k"
+    if multi30k:
         results.update(
             dataset_name="Multi30k", dataset_config=f"{options.src_lang}-{options.tgt_lang}", split="test_2016"
         )
@@ -446,13 +451,39 @@ def _write_model_card(output_dir: Path, summary: dict, options: TrainOptions, da
         )
     if "learning_curve" in summary:
         notes.append(f"## Learning curve\n\n![validation BLEU against training minutes]({summary['learning_curve']})")
+    budget = {"max_time": options.max_time, "max_steps": options.max_steps, "epochs": options.epochs}
+    training = {
+        "Preset": options.preset,
+        "Joint BPE vocabulary (§5.1)": options.vocab_size if options.tokenizer is None else None,
+        "Tokenizer": str(options.tokenizer) if options.tokenizer is not None else None,
+        "Maximum sentence length (tokens)": options.max_length,
+        "Dropout P_drop": options.dropout,
+        "Learning-rate schedule": options.schedule,
+        "Learning rate": options.learning_rate(),
+        "Warmup steps": options.warmup_steps,
+        "Label smoothing ε_ls": options.label_smoothing,
+        "Tokens per batch and side": options.max_tokens,
+        "Gradient accumulation": options.grad_accum,
+        "bf16": options.bf16,
+        "Seed": options.seed,
+        "Budget": ", ".join(f"{name} {value:g}" for name, value in budget.items() if value is not None) or None,
+        "Updates": summary["updates"],
+        "Epochs": round(summary["epochs"], 2),
+        "Checkpoints averaged (§6.1)": ", ".join(summary["averaged_checkpoints"]),
+    }
     write_model_card(
         output_dir,
         results=results,
         languages=[options.src_lang, options.tgt_lang],
-        datasets=[data_name],
+        # Multi30k has a Hub id; other data (files, a datasets folder) is described, not listed as a Hub id.
+        datasets=["multi30k"] if multi30k else [],
         command=summary["command"],
         extra="\n\n".join(notes) or None,
+        license=options.license,
+        example_text=None if multi30k else example_text,
+        training=training,
+        data_note=None if multi30k else f"`{data_name}`: the user's own parallel data, not on the Hub.",
+        out_of_domain=summary.get("out_of_domain"),
     )
 
 
@@ -691,6 +722,12 @@ def _train_checked(
         sources, references = list(test_pairs["source"]), list(test_pairs["target"])
         summary["test"] = _evaluate_folder(output_dir, sources, references, options)
         _print_examples(test_pairs, summary["test"]["hypotheses"], options.examples)
+        # For the model card's limitations: a sentence outside the training domain, translated by the model.
+        from .evaluation import out_of_domain_translation
+
+        summary["out_of_domain"] = out_of_domain_translation(
+            load_model(output_dir), AutoTokenizer.from_pretrained(output_dir), options.src_lang
+        )
         if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
             print(f"Last checkpoint alone ({to_average[-1].name}):", flush=True)
             summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)
@@ -708,7 +745,7 @@ def _train_checked(
                 )
             )
             summary["learning_curve"] = curve.png.name
-        _write_model_card(output_dir, summary, options, data_name)
+        _write_model_card(output_dir, summary, options, data_name, example_text=sources[0])
     summary["seconds"] = round(time.perf_counter() - started, 1)
     result = TrainResult(output_dir, summary)
     result.results_file.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

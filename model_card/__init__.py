@@ -9,6 +9,7 @@ from .generate import (
     push_folder_to_hub,
     render_converted_card,
     render_model_card,
+    source_card_metadata,
     write_model_card,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
+    "source_card_metadata",
     "write_model_card",
 ]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,113 @@ TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
 TAGS = ["vanilla-transformer", "attention-is-all-you-need"]
 CONVERTED_TAGS = ["vanilla-transformer", "converted"]
-# A sentence of the paper's abstract, for the usage examples.
-EXAMPLE_TEXT = "The Transformer is based solely on attention mechanisms."
+# Image-description sentences (the domain of Multi30k, written for the card, not taken from its splits) for the
+# widget and the usage examples, by source language; other languages use the first test source (the workflow
+# passes it) or English.
+DOMAIN_EXAMPLES = {
+    "en": "A little girl in a red dress is running along the beach with her dog.",
+    "de": "Ein kleines Mädchen in einem roten Kleid läuft mit ihrem Hund am Strand entlang.",
+    "fr": "Une petite fille en robe rouge court sur la plage avec son chien.",
+}
+PAPER_CITATION = r"""@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {30},
+  pages     = {5998--6008},
+  year      = {2017},
+  url       = {https://arxiv.org/abs/1706.03762}
+}"""
+# CITATION.cff's software entry (tests/test_model_card.py checks the title and version against it).
+PROJECT_CITATION = """@software{hf_vanilla_transformer,
+  title   = {hf_vanilla_transformer: the Transformer of 'Attention Is All You Need' as a native Hugging Face
+             seq2seq model},
+  author  = {The hf_vanilla_transformer authors},
+  version = {0.1.0},
+  license = {Apache-2.0}
+}"""
+# Citations of the toolkits converters read, by the `source` name a converter's check gives.
+TOOLKIT_CITATIONS = {
+    "fairseq": """@inproceedings{ott2019fairseq,
+  title     = {fairseq: A Fast, Extensible Toolkit for Sequence Modeling},
+  author    = {Ott, Myle and Edunov, Sergey and Baevski, Alexei and Fan, Angela and Gross, Sam and Ng, Nathan and
+               Grangier, David and Auli, Michael},
+  booktitle = {Proceedings of NAACL-HLT 2019: Demonstrations},
+  pages     = {48--53},
+  year      = {2019},
+  doi       = {10.18653/v1/N19-4009}
+}""",
+    "OpenNMT-py": """@inproceedings{klein2017opennmt,
+  title     = {{OpenNMT}: Open-Source Toolkit for Neural Machine Translation},
+  author    = {Klein, Guillaume and Kim, Yoon and Deng, Yuntian and Senellart, Jean and Rush, Alexander},
+  booktitle = {Proceedings of ACL 2017, System Demonstrations},
+  pages     = {67--72},
+  year      = {2017},
+  doi       = {10.18653/v1/P17-4012}
+}""",
+    "MarianMTModel": r"""@inproceedings{junczys2018marian,
+  title     = {Marian: Fast Neural Machine Translation in {C++}},
+  author    = {Junczys-Dowmunt, Marcin and Grundkiewicz, Roman and Dwojak, Tomasz and Hoang, Hieu and Heafield, Kenneth
+               and Neckermann, Tom and Seide, Frank and Germann, Ulrich and Aji, Alham Fikri and Bogoychev, Nikolay and
+               Martins, Andr{\'e} F. T. and Birch, Alexandra},
+  booktitle = {Proceedings of ACL 2018, System Demonstrations},
+  pages     = {116--121},
+  year      = {2018},
+  doi       = {10.18653/v1/P18-4020}
+}""",
+}
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What the card says about a known training corpus: its Hub dataset id, its terms (as the Hub's `license:
+    other` with `license_name` / `license_link` when they are no standard license), its domain, and citations."""
+
+    name: str
+    hub_id: str | None
+    description: str
+    domain: str
+    terms: str
+    license_name: str
+    license_link: str
+    citations: dict[str, str]  # bibtex by the language it covers ("" = all)
+
+
+# The bundled Multi30k; its terms and citations as hf_vanilla_transformer/data/multi30k/README.md states them.
+MULTI30K = TrainingData(
+    name="Multi30k",
+    hub_id="bentrevett/multi30k",
+    description=(
+        "[Multi30k](https://github.com/multi30k/dataset) (task 1): 29,000 English descriptions of Flickr30K images "
+        "with German (and French) translations; the model was tested on `test_2016_flickr` (1,000 sentences). "
+        "The same data is on the Hub as [`bentrevett/multi30k`](https://huggingface.co/datasets/bentrevett/multi30k)."
+    ),
+    domain="short descriptions of everyday photographs (people, animals, streets, sports)",
+    terms=(
+        "Multi30K is partially derived from Flickr30K; it is provided for non-commercial research and educational use."
+    ),
+    license_name="multi30k-non-commercial-research",
+    license_link="https://github.com/multi30k/dataset",
+    citations={
+        "": r"""@inproceedings{elliott2016multi30k,
+  title     = {Multi30{K}: Multilingual {E}nglish-{G}erman Image Descriptions},
+  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
+  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
+  pages     = {70--74},
+  year      = {2016},
+  doi       = {10.18653/v1/W16-3210}
+}""",
+        "fr": r"""@inproceedings{elliott2017findings,
+  title     = {Findings of the Second Shared Task on Multimodal Machine Translation and Multilingual Image
+               Description},
+  author    = {Elliott, Desmond and Frank, Stella and Barrault, Lo{\"\i}c and Bougares, Fethi and Specia, Lucia},
+  booktitle = {Proceedings of the Second Conference on Machine Translation (WMT 2017)},
+  year      = {2017}
+}""",
+    },
+)
+KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 
 # What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
 # the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
@@ -150,6 +257,65 @@ def _results(results: Mapping[str, Any] | str | Path | None) -> dict[str, Any] |
     return json.loads(Path(results).read_text(encoding="utf-8"))
 
 
+def _hub_datasets(datasets: Sequence[str]) -> list[str]:
+    """`datasets` as Hub dataset ids: a known corpus's short name ("multi30k") becomes its id; anything else must
+    already be one ("owner/name")."""
+    ids = []
+    for name in datasets:
+        known = KNOWN_DATA.get(name)
+        hub_id = known.hub_id if known is not None else name
+        if hub_id is None or not re.fullmatch(r"[\w.-]+/[\w.-]+", hub_id):
+            raise ValueError(
+                f"`datasets` entry {name!r} is not a Hub dataset id (owner/name). Pass Hub ids only, or describe "
+                "other data with `data_note`."
+            )
+        ids.append(hub_id)
+    return ids
+
+
+def _license(license: str | None, data: Sequence[TrainingData]) -> dict[str, str]:
+    """The Hub license fields: the user's `license`, else the terms of the known training data (`license: other`
+    with their name and link, since they are no standard license), else none: a card must not claim a license
+    that nobody stated."""
+    if license:
+        return {"license": license}
+    if data:
+        return {"license": "other", "license_name": data[0].license_name, "license_link": data[0].license_link}
+    return {}
+
+
+def _citations(data: Sequence[TrainingData], languages: Sequence[str]) -> list[str]:
+    """The bibtex entries of the training data that cover `languages`."""
+    return [bibtex for corpus in data for language, bibtex in corpus.citations.items() if language in ("", *languages)]
+
+
+def _eval_results(results: dict[str, Any], task_name: str) -> list[EvalResult]:
+    """The model-index entries of one test set: sacreBLEU, lowercased BLEU and chrF, each with its sacreBLEU
+    signature as `metric_config`, so that the Hub's structured scores say exactly what was computed."""
+    common = dict(
+        task_type="translation",
+        task_name=task_name,
+        dataset_type=results["dataset"],
+        dataset_name=results["dataset_name"],
+        dataset_config=results.get("dataset_config"),
+        dataset_split=results.get("split"),
+    )
+    return [
+        EvalResult(
+            **common,
+            metric_type=kind,
+            metric_name=name,
+            metric_value=results[key],
+            metric_config=results[f"{key}_signature"],
+        )
+        for kind, name, key in (
+            ("bleu", "sacreBLEU", "bleu"),
+            ("bleu", "BLEU (lowercased)", "bleu_lowercase"),
+            ("chrf", "chrF", "chrf"),
+        )
+    ]
+
+
 def render_model_card(
     output_dir: str | Path,
     config: VanillaTransformerConfig | Mapping[str, Any] | None = None,
@@ -161,16 +327,26 @@ def render_model_card(
     *,
     model_name: str | None = None,
     repo_id: str | None = None,
-    license: str = "apache-2.0",
-    example_text: str = EXAMPLE_TEXT,
+    license: str | None = None,
+    base_model: str | None = None,
+    example_text: str | None = None,
+    training: Mapping[str, Any] | None = None,
+    data_note: str | None = None,
+    out_of_domain: Mapping[str, str] | None = None,
 ) -> ModelCard:
     """The card of the model saved in `output_dir`; see `write_model_card` for the arguments."""
     output_dir = Path(output_dir)
     config = _config(output_dir, config)
     results = _results(results)
     model_name = model_name or output_dir.resolve().name
-    languages, datasets = list(languages), list(datasets)
+    languages = list(languages)
+    data = [KNOWN_DATA[name] for name in datasets if name in KNOWN_DATA]
+    hub_datasets = _hub_datasets(datasets)
     language_pair = f"{languages[0]} → {languages[1]}" if len(languages) == 2 else None
+    if example_text is None:
+        example_text = DOMAIN_EXAMPLES.get(languages[0] if languages else "en", DOMAIN_EXAMPLES["en"])
+    if out_of_domain is None and results is not None:
+        out_of_domain = results.get("out_of_domain")
 
     eval_results = None
     if results is not None:
@@ -179,39 +355,34 @@ def render_model_card(
             raise ValueError(
                 "The results need a dataset for the model-index: pass datasets=[...] or set results['dataset']."
             )
-        dataset_name = results.get("dataset_name") or dataset
+        known = KNOWN_DATA.get(dataset)
+        results["dataset"] = known.hub_id if known is not None and known.hub_id else dataset
+        results["dataset_name"] = results.get("dataset_name") or (known.name if known is not None else dataset)
         dataset_config, split = results.get("dataset_config"), results.get("split")
         results["dataset_label"] = (
-            dataset_name + (f" ({dataset_config})" if dataset_config else "") + (f", {split} split" if split else "")
+            results["dataset_name"]
+            + (f" ({dataset_config})" if dataset_config else "")
+            + (f", {split} split" if split else "")
         )
         for key in ("bleu", "bleu_lowercase", "chrf"):
             results[key] = round(float(results[key]), 2)
-        common = dict(
-            task_type="translation",
-            task_name=f"Translation {language_pair}" if language_pair else "Translation",
-            dataset_type=dataset,
-            dataset_name=dataset_name,
-            dataset_config=dataset_config,
-            dataset_split=split,
-        )
-        eval_results = [
-            EvalResult(**common, metric_type="bleu", metric_name="sacreBLEU", metric_value=results["bleu"]),
-            EvalResult(
-                **common, metric_type="bleu", metric_name="BLEU (lowercased)", metric_value=results["bleu_lowercase"]
-            ),
-            EvalResult(**common, metric_type="chrf", metric_name="chrF", metric_value=results["chrf"]),
-        ]
+        task_name = f"Translation {language_pair}" if language_pair else "Translation"
+        eval_results = _eval_results(results, task_name)
 
+    license_fields = _license(license, data)
     card_data = ModelCardData(
         language=languages or None,
-        license=license,
+        **license_fields,
         library_name="transformers",
         pipeline_tag="translation",
-        tags=list(TAGS),
-        datasets=datasets or None,
+        tags=["translation", *TAGS],
+        datasets=hub_datasets or None,
+        base_model=base_model,
         metrics=["bleu", "chrf"] if results is not None else None,
         model_name=model_name,
         eval_results=eval_results,
+        # The Hub's inference widget: a sentence of the model's own domain.
+        widget=[{"text": example_text}],
     )
     generation_path = output_dir / "generation_config.json"
     decoding, paper_decoding = None, False
@@ -225,6 +396,7 @@ def render_model_card(
         key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
     )
     attention_images = [(titles.get(path.name, path.stem), f"attention/{path.name}") for path in images]
+    training_rows = [(name, _value(value)) for name, value in (training or {}).items() if value is not None]
     return _render(
         TEMPLATE,
         card_data,
@@ -232,14 +404,29 @@ def render_model_card(
         language_pair=language_pair,
         architecture=architecture_rows(config),
         repo_id=repo_id or model_name,
+        repo_id_given=repo_id is not None,
         example_text=example_text,
         decoding=decoding,
         paper_decoding=paper_decoding,
         results=results,
         attention_images=attention_images,
         command=command,
+        training=training_rows,
         extra=extra,
+        data=data[0] if data else None,
+        data_note=data_note,
+        license=license_fields,
+        base_model=base_model,
+        out_of_domain=out_of_domain,
+        citations=[PAPER_CITATION, *_citations(data, languages), PROJECT_CITATION],
     )
+
+
+def _value(value: Any) -> str:
+    """A hyperparameter as the card shows it: numbers without float noise."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _render(template: Path, card_data: ModelCardData, **values: Any) -> ModelCard:
@@ -253,6 +440,17 @@ def _render(template: Path, card_data: ModelCardData, **values: Any) -> ModelCar
     return ModelCard(content)
 
 
+def source_card_metadata(folder: str | Path) -> dict[str, Any]:
+    """The license, language and datasets fields of the model card (README.md) in a source model folder (an
+    OPUS-MT folder, a folder trained here), for the card of its conversion; {} when it has none."""
+    path = Path(folder) / "README.md"
+    if not path.is_file():
+        return {}
+    data = ModelCard.load(path, ignore_metadata_errors=True).data.to_dict()
+    keys = ("license", "license_name", "license_link", "language", "datasets")
+    return {key: data[key] for key in keys if data.get(key)}
+
+
 def render_converted_card(
     title: str,
     description: str,
@@ -262,14 +460,40 @@ def render_converted_card(
     *,
     config: VanillaTransformerConfig | None = None,
     generation: Mapping[str, Any] | None = None,
+    source: str | None = None,
+    license: str | None = None,
+    base_model: str | None = None,
+    source_metadata: Mapping[str, Any] | None = None,
+    languages: Sequence[str] = (),
 ) -> ModelCard:
     """The card of a checkpoint converted from another implementation: what it is (`title`, `description`), where
     it comes from and how it was verified (`facts`, a two-column table), the architecture table of `config` (ours;
     None for a model of another class) and the decoding table of `generation` (generation_config.json's values),
-    the `usage` code and the `notes`."""
+    the `usage` code and the `notes`.
+
+    Metadata: `license` (given by the user) or the one the source's own card states (`source_metadata`, see
+    `source_card_metadata`), else none; `base_model` the source's Hub id when the user gives it; `language` from
+    `languages` or the source's card; the citations of the paper, of the `source` toolkit when known
+    (TOOLKIT_CITATIONS) and of this project."""
+    source_metadata = dict(source_metadata or {})
+    if license:
+        license_fields = {"license": license}
+    else:
+        license_fields = {
+            key: source_metadata[key] for key in ("license", "license_name", "license_link") if key in source_metadata
+        }
+    languages = list(languages) or source_metadata.get("language") or []
     card_data = ModelCardData(
-        library_name="transformers", pipeline_tag="translation", tags=list(CONVERTED_TAGS), model_name=title
+        language=languages or None,
+        **license_fields,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", *CONVERTED_TAGS],
+        datasets=source_metadata.get("datasets"),
+        base_model=base_model,
+        model_name=title,
     )
+    citations = [PAPER_CITATION, *([TOOLKIT_CITATIONS[source]] if source in TOOLKIT_CITATIONS else [])]
     return _render(
         CONVERTED_TEMPLATE,
         card_data,
@@ -280,6 +504,10 @@ def render_converted_card(
         decoding=decoding_rows(generation)[0] if generation is not None else None,
         usage=usage.strip(),
         notes=list(notes),
+        license=license_fields,
+        license_given=bool(license),
+        base_model=base_model,
+        citations=[*citations, PROJECT_CITATION],
     )
 
 
@@ -298,14 +526,23 @@ def write_model_card(
     Args:
         output_dir: the saved model folder (config.json, generation_config.json, attention/*.png are read there).
         config: the model config; None reads `output_dir/config.json`.
-        results: `evaluate_translations` output (dict or path to its JSON), optionally with "dataset" (Hub id),
-            "dataset_name", "dataset_config" and "split" keys describing the test set; None for no results.
+        results: `evaluate_translations` output (dict or path to its JSON), optionally with "dataset" (a Hub id or
+            a known corpus's name, "multi30k"), "dataset_name", "dataset_config" and "split" keys describing the
+            test set, and "out_of_domain"; None for no results. Its scores, with their sacreBLEU signatures as
+            `metric_config`, become the model-index.
         languages: ISO codes, source first (["en", "de"]).
-        datasets: Hub ids of the training data; the first also names the test set unless `results["dataset"]`.
+        datasets: the training data as Hub dataset ids, or a known corpus's name ("multi30k", written as its Hub
+            id `bentrevett/multi30k`); the first also names the test set unless `results["dataset"]`. Data that is
+            not on the Hub is described with `data_note` instead.
         command: the training command, shown verbatim.
-        extra: Markdown appended before the citation.
-        options: `model_name` (default: the folder name), `repo_id` (for the usage examples; default: model_name),
-            `license` (default "apache-2.0"), `example_text`.
+        extra: Markdown appended after the evaluation.
+        options: `model_name` (default: the folder name); `repo_id` (the Hub id the usage examples load; default:
+            model_name, with a note to replace it); `license` (a Hub license id; default: the known training
+            data's terms as `license: other` with their name and link, else none); `base_model` (the Hub id a
+            fine-tuned model started from); `example_text` (a source sentence of the model's domain for the widget
+            and the examples; default: an image description in the source language); `training` (setting ->
+            value rows of the training procedure); `data_note` (Markdown describing data not on the Hub);
+            `out_of_domain` ({"source", "translation"}, see `evaluation.out_of_domain_translation`).
     """
     card = render_model_card(output_dir, config, results, languages, datasets, command, extra, **options)
     path = Path(output_dir) / "README.md"
@@ -394,6 +631,8 @@ def push_folder_to_hub(
 
 __all__ = [
     "HUB_FILES",
+    "MULTI30K",
+    "TrainingData",
     "architecture_rows",
     "code_files",
     "count_parameters",
@@ -402,5 +641,6 @@ __all__ = [
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
+    "source_card_metadata",
     "write_model_card",
 ]

@@ -8,6 +8,7 @@ import shutil
 import struct
 
 import pytest
+from huggingface_hub import ModelCard
 from transformers import pipeline
 
 from hf_vanilla_transformer.cli import build_parser, main
@@ -112,13 +113,13 @@ def trained(corpus, tmp_path_factory):
         # A checkpoint after every update (--save-every far below an update's time), whatever the machine's speed.
         *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "4", "--save-every", "0.001"),
         *("--average-last", "3", "--output-dir", str(output), "--examples", "2", "--no-progress"),
-        *("--curve-every", "0.01"),
+        *("--curve-every", "0.01", "--license", "cc-by-nc-4.0"),
     ]
     assert main(argv) == 0
     return output
 
 
-def test_train_writes_a_folder_the_translation_pipeline_loads(trained) -> None:
+def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -> None:
     config = json.loads((trained / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_vanilla_transformer.")
     assert (config["d_model"], config["encoder_layers"], config["dropout"], config["vocab_size"]) == (256, 3, 0.3, 400)
@@ -137,6 +138,14 @@ def test_train_writes_a_folder_the_translation_pipeline_loads(trained) -> None:
     card = (trained / "README.md").read_text()
     assert "last checkpoint alone scores BLEU" in card and "attention/cross_attention.png" in card
     assert (trained / "attention" / "cross_attention.png").is_file()
+    # The card's metadata: --license as given; the user's files are no Hub dataset, so none is listed; the widget
+    # is the first test source (the data's own domain); the out-of-domain translation is recorded and shown.
+    data = ModelCard(card).data
+    assert data.license == "cc-by-nc-4.0" and data.datasets is None and data.language == ["en", "de"]
+    assert data.widget == [{"text": (corpus / "test.en").read_text().splitlines()[0]}]
+    assert results["out_of_domain"]["source"].startswith("The Transformer is based solely on attention")
+    assert f'output: "{results["out_of_domain"]["translation"]}"' in card
+    assert "| Updates | 4 |" in card and "the user's own parallel data" in card
     translator = pipeline("translation", model=str(trained))
     output = translator(["A man is riding a bike."], max_new_tokens=5)
     assert isinstance(output[0]["translation_text"], str)

@@ -1,18 +1,22 @@
-"""Model card: Hub metadata that parses, and every number taken from the config, generation config and results."""
+"""Model card: Hub metadata that parses, a license the data allows, and every number taken from the config,
+generation config and results."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard import metadata_load
+from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.attention_maps import plot_attention
 from hf_vanilla_transformer.evaluation import evaluate_translations, write_results_json
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from model_card import write_model_card
-from model_card.generate import count_parameters
+from model_card import render_converted_card, source_card_metadata, write_model_card
+from model_card.generate import DOMAIN_EXAMPLES, MULTI30K, PROJECT_CITATION, count_parameters
 
 from .conftest import tiny_model, tiny_tokenizer
 
@@ -47,15 +51,16 @@ def test_metadata_parses_and_carries_the_scores(model_dir: Path, results: dict) 
     data = card.data.to_dict()
     assert data["library_name"] == "transformers" and data["pipeline_tag"] == "translation"
     assert data["language"] == ["en", "de"] and data["datasets"] == ["wmt/wmt14"]
-    assert data["license"] == "apache-2.0"
-    assert data["tags"] == ["vanilla-transformer", "attention-is-all-you-need"]
+    # No license was given and WMT14 is no corpus the card knows the terms of: none is claimed.
+    assert "license" not in data
+    assert data["tags"] == ["translation", "vanilla-transformer", "attention-is-all-you-need"]
     (model_index,) = metadata_load(path)["model-index"]
     (entry,) = model_index["results"]
     assert entry["task"]["type"] == "translation"
     assert entry["dataset"] == {"name": "WMT14", "type": "wmt/wmt14", "config": "de-en", "split": "test"}
-    values = [(metric["type"], metric["value"]) for metric in entry["metrics"]]
-    expected = [("bleu", results["bleu"]), ("bleu", results["bleu_lowercase"]), ("chrf", results["chrf"])]
-    assert values == [(kind, round(value, 2)) for kind, value in expected]
+    values = [(metric["type"], metric["value"], metric["config"]) for metric in entry["metrics"]]
+    expected = [("bleu", "bleu"), ("bleu", "bleu_lowercase"), ("chrf", "chrf")]
+    assert values == [(kind, round(results[key], 2), results[f"{key}_signature"]) for kind, key in expected]
     assert 0 < results["chrf"]  # a real score, not a placeholder
     text = card.text
     assert f"| BLEU (sacreBLEU: detokenized, cased, 13a) | {round(results['bleu'], 2)} |" in text
@@ -82,7 +87,9 @@ def test_body_is_filled_from_the_saved_files(model_dir: Path, results: dict) -> 
     assert f"| Parameters | {parameters:,} | 65M |" in text
     assert "| Maximum output length | source length + 50 |" in text and "the paper's §6.1 settings" in text
     assert 'pipeline("translation", model="me/en-de-tiny", trust_remote_code=True)' in text
-    assert "import hf_vanilla_transformer" in text
+    assert "import hf_vanilla_transformer" in text and "pip install transformers torch" in text
+    assert "hf download me/en-de-tiny --local-dir en-de-tiny" in text
+    assert "this folder's name" not in text  # the repo id was given: no note to replace it
     assert f"```bash\n{COMMAND}\n```" in text and "## Notes\n\nA tiny test model." in text
     for name in ("encoder_self_attention", "decoder_self_attention", "cross_attention"):
         assert f"](attention/{name}.png)" in text and (model_dir / "attention" / f"{name}.png").is_file()
@@ -95,7 +102,9 @@ def test_card_without_results_or_generation_config(tmp_path: Path) -> None:
     assert "model-index" not in metadata_load(path)
     text = path.read_text(encoding="utf-8")
     assert "No evaluation results" in text and "uses transformers' defaults" in text
-    assert "## Attention maps" not in text and "## Training" not in text
+    assert "## Attention maps" not in text and "The training command and settings were not recorded" in text
+    # Without a repo id, the folder's name, with a note to replace it.
+    assert f'model="{tmp_path.name}"' in text and "this folder's name" in text
 
 
 def test_results_without_a_dataset_are_refused(model_dir: Path, results: dict) -> None:
@@ -110,3 +119,133 @@ def test_parameter_count_of_the_base_model_by_hand() -> None:
     # Decoder layer: 2 attentions 2,101,248 + FFN 2,099,712 + 3 x 1024 = 4,204,032; x 6 = 25,224,192.
     config = VanillaTransformerConfig.from_preset("transformer-base", vocab_size=37000)
     assert count_parameters(config) == 18_944_000 + 18_914_304 + 25_224_192
+
+
+def _no_placeholders(text: str) -> None:
+    """No template leftovers and no empty metadata value in a card."""
+    assert "{{" not in text and "{%" not in text and "TODO" not in text
+    metadata = yaml.safe_load(text.split("---")[1])
+
+    def walk(value: object) -> None:
+        assert value not in (None, "", [], {}), metadata
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(metadata)
+
+
+def _multi30k_results(model_dir: Path, results: dict) -> dict:
+    return {key: value for key, value in results.items() if not key.startswith("dataset") and key != "split"} | {
+        "dataset": "multi30k",
+        "dataset_config": "en-de",
+        "split": "test_2016",
+        "out_of_domain": {"source": "The Transformer is based solely on attention.", "translation": "w8 w9"},
+    }
+
+
+def test_a_multi30k_card_is_true(model_dir: Path, results: dict) -> None:
+    """License: the data's own terms (non-commercial research), never a license the data does not allow; the
+    dataset as its Hub id; languages, model-index with signatures, the intended-use and limitations sections with
+    the out-of-domain example, the data's citation; the repo id in every usage example."""
+    training = {"Preset": "tiny", "Learning rate": 0.0007, "Updates": 12}
+    card = write_model_card(
+        model_dir,
+        results=_multi30k_results(model_dir, results),
+        languages=["en", "de"],
+        datasets=["multi30k"],
+        command=COMMAND,
+        repo_id="someone/multi30k-en-de",
+        training=training,
+    )
+    text = card.read_text(encoding="utf-8")
+    data = ModelCard(text).data
+    assert data.license == "other" and data.license_name == MULTI30K.license_name
+    assert data.license_link == "https://github.com/multi30k/dataset"
+    assert data.datasets == ["bentrevett/multi30k"] and data.language == ["en", "de"] and data.base_model is None
+    assert data.widget == [{"text": DOMAIN_EXAMPLES["en"]}]
+    # The model-index round-trips through huggingface_hub, signatures included.
+    name, eval_results = model_index_to_eval_results(metadata_load(card)["model-index"])
+    assert name == model_dir.name and [result.metric_name for result in eval_results] == [
+        "sacreBLEU",
+        "BLEU (lowercased)",
+        "chrF",
+    ]
+    assert {result.dataset_type for result in eval_results} == {"bentrevett/multi30k"}
+    assert eval_results[0].metric_config == results["bleu_signature"] and eval_results[0].dataset_split == "test_2016"
+    assert data.eval_results == eval_results
+    # The data README's terms and citation, word for word where the card repeats them.
+    readme = (Path(__file__).parents[1] / "hf_vanilla_transformer/data/multi30k/README.md").read_text()
+    terms = " ".join(MULTI30K.terms.split())
+    assert terms in " ".join(readme.split()) and terms in " ".join(text.split())
+    assert "10.18653/v1/W16-3210" in readme and "doi       = {10.18653/v1/W16-3210}" in text
+    assert "elliott2017findings" not in text  # the French data's paper only for French
+    for section in ("## Intended uses", "## Limitations", "## Training data", "## Training procedure", "## License"):
+        assert section in text
+    assert 'output: "w8 w9"' in text and "| Learning rate | 0.0007 |" in text and "| Updates | 12 |" in text
+    for line in text.splitlines():  # every example loads the real repository
+        if "model=" in line or "from_pretrained(" in line:
+            assert "someone/multi30k-en-de" in line, line
+    assert "hf download someone/multi30k-en-de --local-dir multi30k-en-de" in text
+    _no_placeholders(text)
+
+
+def test_a_given_license_and_base_model(model_dir: Path) -> None:
+    path = write_model_card(
+        model_dir, languages=["en", "fr"], datasets=["multi30k"], license="cc-by-nc-4.0", base_model="me/base"
+    )
+    text = path.read_text(encoding="utf-8")
+    data = ModelCard(text).data
+    assert data.license == "cc-by-nc-4.0" and data.license_name is None and data.base_model == "me/base"
+    assert "Fine-tuned from [`me/base`]" in text and MULTI30K.terms in " ".join(text.split())
+    assert "elliott2017findings" in text and data.widget == [{"text": DOMAIN_EXAMPLES["en"]}]
+    _no_placeholders(text)
+
+
+def test_a_dataset_that_is_no_hub_id_is_refused(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match=r"`datasets` entry 'train' is not a Hub dataset id"):
+        write_model_card(model_dir, datasets=["train"])
+
+
+def test_project_citation_matches_citation_cff() -> None:
+    cff = yaml.safe_load((Path(__file__).parents[1] / "CITATION.cff").read_text())
+    title = re.search(r"title\s*=\s*\{(.*?)\},", PROJECT_CITATION, re.S).group(1)
+    assert " ".join(title.split()) == cff["title"]
+    assert f"version = {{{cff['version']}}}" in PROJECT_CITATION
+
+
+def _converted(**options: object) -> str:
+    card = render_converted_card(
+        "opus: Marian in hf_vanilla_transformer",
+        "Converted.",
+        {"Source": "a folder"},
+        "print(1)",
+        source="MarianMTModel",
+        **options,
+    )
+    return str(card)
+
+
+def test_converted_card_with_and_without_base_model(tmp_path: Path) -> None:
+    # The source's own card states its license and languages: the converted card keeps them.
+    (tmp_path / "README.md").write_text("---\nlicense: cc-by-4.0\nlanguage: [en, de]\ntags: [x]\n---\n# opus\n")
+    source = source_card_metadata(tmp_path)
+    assert source == {"license": "cc-by-4.0", "language": ["en", "de"]}
+    text = _converted(source_metadata=source, base_model="Helsinki-NLP/opus-mt-en-de")
+    data = ModelCard(text).data
+    assert data.base_model == "Helsinki-NLP/opus-mt-en-de" and data.license == "cc-by-4.0"
+    assert data.language == ["en", "de"] and data.pipeline_tag == "translation"
+    assert "Converted from [`Helsinki-NLP/opus-mt-en-de`]" in text and "junczys2018marian" in text
+    assert "as the source model's card states it" in text
+    _no_placeholders(text)
+    # Without --base-model, --license or a source card: nothing is claimed.
+    text = _converted()
+    data = ModelCard(text).data
+    assert data.base_model is None and data.license is None and data.language is None
+    assert "The source states no license here" in text and "vaswani2017attention" in text
+    _no_placeholders(text)
+    # --license wins over the source's card.
+    assert ModelCard(_converted(source_metadata=source, license="mit")).data.license == "mit"

@@ -46,7 +46,7 @@ def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
 
 
 def import_args(source: Path, output: Path) -> argparse.Namespace:
-    return argparse.Namespace(source=source, output=output, atol=ATOL, atol_fp32=ATOL)
+    return argparse.Namespace(source=source, output=output, atol=ATOL, atol_fp32=ATOL, base_model=None, license=None)
 
 
 def export_args(source: Path, output: Path, **flags: bool) -> argparse.Namespace:
@@ -57,6 +57,8 @@ def export_args(source: Path, output: Path, **flags: bool) -> argparse.Namespace
         atol_fp32=ATOL,
         keep_token_ids=flags.get("keep_token_ids", False),
         allow_nonzero_start_embedding=flags.get("allow_nonzero_start_embedding", False),
+        base_model=None,
+        license=None,
     )
 
 
