@@ -13,7 +13,8 @@ The exported folder is also meant for CTranslate2's `TransformersConverter`, who
 conventions: <pad> is the last token id (it drops the last vocabulary row) and the decoder starts from a zero vector
 (`start_from_zero_embedding`) instead of the start token's embedding. The exporter therefore moves <pad> to the last
 id, remapping the weights and the tokenizer (`--keep-token-ids` opts out), and refuses a non-zero start embedding
-(`--allow-nonzero-start-embedding` opts out: Marian in transformers stays exact, CTranslate2 does not).
+(`--allow-nonzero-start-embedding` opts out: Marian in transformers stays exact, CTranslate2 does not). Models
+trained here keep that row at zero (hf_vanilla_transformer/start_embedding.py), so they export without the flag.
 
 Both directions run `MarianMTModel` and our model on the same inputs and refuse a logit difference above `--atol`
 (computed in float64; the float32 difference is printed too). Weights are written in float32.
@@ -35,6 +36,7 @@ from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerF
 from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 from model_card import source_card_metadata
+from hf_vanilla_transformer.start_embedding import start_embedding_max
 
 from ._common import (
     Converted,
@@ -349,12 +351,6 @@ def vanilla_to_marian(
     return marian.eval(), new_id
 
 
-def start_embedding_max(model: VanillaTransformerForConditionalGeneration) -> float:
-    """Largest |value| of the decoder start token's embedding row, which CTranslate2 replaces by zeros."""
-    start = model.config.decoder_start_token_id
-    return model.get_decoder().embed_tokens.weight[start].abs().max().item()
-
-
 def remap_tokenizer_json(data: dict, new_id: torch.Tensor) -> dict:
     """A `tokenizers` tokenizer.json with every token id mapped through `new_id`."""
     for token in data.get("added_tokens", []):
@@ -434,7 +430,8 @@ def export(args: argparse.Namespace) -> MarianMTModel:
         raise ValueError(
             f"The decoder start token ({model.config.decoder_start_token_id}) has a non-zero embedding (max |x| = "
             f"{start:.3e}). Marian-based runtimes (CTranslate2) start decoding from a zero vector and would translate "
-            "differently. Keep that row zero in training, or pass --allow-nonzero-start-embedding."
+            "differently. Train or fine-tune with decoder_start_embedding='zero' (the trainer's default), or pass "
+            "--allow-nonzero-start-embedding."
         )
     pad, vocab_size = model.config.pad_token_id, model.config.vocab_size
     moves = not args.keep_token_ids and pad != vocab_size - 1

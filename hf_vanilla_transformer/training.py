@@ -12,6 +12,8 @@
 - Wall clock: `max_time` stops training at a budget (saving a checkpoint), `save_every` checkpoints at time
   intervals (the paper: every 10 minutes, §6.1), and the budget survives a resume.
 - Logs: Trainer's tqdm bar and logs, plus target tokens per second.
+- Deployment: the decoder start token's embedding row is kept at zero (`decoder_start_embedding="zero"`,
+  start_embedding.py), as CTranslate2 starts decoding from a zero vector.
 
 The defaults of `VanillaSeq2SeqTrainingArguments` are the paper's recipe.
 """
@@ -47,6 +49,7 @@ from transformers import (
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 
 LR_SCHEDULES = ("paper", "inverse_sqrt")
 SNAPSHOT_FILE = "snapshot.json"
@@ -251,6 +254,14 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
     save_every: float | None = field(
         default=None, metadata={"help": "Save a checkpoint every this many seconds (the paper: 600)."}
     )
+    decoder_start_embedding: str = field(
+        default="zero",
+        metadata={
+            "help": "'zero': the decoder start token's (<pad>'s) embedding row is set to zero when training begins "
+            "and kept there, so exports run in CTranslate2 (start_embedding.py); 'train': trained like every row "
+            "(the export to CTranslate2 then needs --allow-nonzero-start-embedding and decodes differently)."
+        },
+    )
     learning_rate: float = 1.0
     warmup_steps: float = 4000
     adam_beta1: float = 0.9
@@ -264,6 +275,11 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"`lr_schedule` must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}.")
+        if self.decoder_start_embedding not in START_EMBEDDING_CHOICES:
+            raise ValueError(
+                f"`decoder_start_embedding` must be one of {START_EMBEDDING_CHOICES}, got "
+                f"{self.decoder_start_embedding!r}."
+            )
         if self.warmup_steps < 1 or self.warmup_steps != int(self.warmup_steps):
             raise ValueError(
                 f"`warmup_steps` must be a whole number of steps >= 1 for both schedules, got {self.warmup_steps}."
@@ -423,6 +439,8 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
                 "VanillaSeq2SeqTrainingArguments(output_dir=..., ...)."
             )
         self.generation_config = copy.deepcopy(self.model.generation_config)
+        if self.args.decoder_start_embedding == "zero":
+            self.add_callback(ZeroStartEmbeddingCallback(self.model))
         self.clock = WallClockCallback(self.args.max_time, self.args.save_every)
         self.add_callback(self.clock)
         if self.args.max_time is not None and self.callback_handler.pop_callback(ProgressCallback) is not None:

@@ -171,6 +171,10 @@ class TrainOptions:
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
     `license`: the Hub license id of the model card; None: the training data's own terms (Multi30k's), else none.
+    `decoder_start_embedding`: "zero" keeps the decoder start token's embedding row at zero (so `to-marian` exports
+    run in CTranslate2, see start_embedding.py); "train" trains it. A model initialised from a folder whose row is
+    not zero (fine-tuning) has it zeroed at the start under "zero" (the model changes slightly, training adapts it)
+    and keeps it, with the source model's function at the start, under "train" (not exportable to CTranslate2).
     """
 
     output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR
@@ -212,6 +216,7 @@ class TrainOptions:
     progress: bool = True
     command: str | None = None
     license: str | None = None
+    decoder_start_embedding: str = "zero"
 
     @classmethod
     def from_recipe(cls, recipe: Recipe = DEFAULT_RECIPE, **options: Any) -> TrainOptions:
@@ -541,6 +546,7 @@ def train(options: TrainOptions) -> TrainResult | None:
         learning_rate=lr,
         warmup_steps=options.warmup_steps,
         label_smoothing_factor=options.label_smoothing,
+        decoder_start_embedding=options.decoder_start_embedding,
         max_tokens=options.max_tokens,
         gradient_accumulation_steps=options.grad_accum,
         num_train_epochs=options.epochs if options.epochs is not None else 1000,
