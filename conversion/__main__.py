@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from . import annotated, fairseq, marian, nn_transformer, opennmt
+from . import annotated, fairseq, marian, nn_transformer, onnx, opennmt
 
 # Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
 # is the format's help. Add a format with one line here.
@@ -15,6 +15,7 @@ FORMATS: dict[str, Any] = {
     "marian": marian,
     "opennmt": opennmt,
     "to-marian": marian.ToMarian,
+    "to-onnx": onnx,
     "nn-transformer": nn_transformer,
     "annotated": annotated,
 }
