@@ -3,12 +3,14 @@ our `generate`. One tiny random model exported once per module (a few seconds)."
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conversion import onnx as onnx_export
 from conversion.__main__ import main
 from conversion.onnx import OnnxTranslator, verify
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -98,6 +100,25 @@ def test_verification_refuses_a_tolerance_below_the_measured_difference(exported
     assert verify(model, folder, 1e-4) < 1e-4
     with pytest.raises(ValueError, match="exceeds atol 0"):
         verify(model, folder, 0.0)
+
+
+def test_command_refuses_to_write_above_the_tolerance(
+    exported: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The verification runs before the folder is written: above --atol-fp32, exit 2 and no OUTPUT_DIR. The graphs
+    are the fixture's (copied, not exported again, to keep the test fast)."""
+    _, folder = exported
+
+    def copy_graphs(model: object, target: Path, max_positions: int) -> None:
+        for path in folder.glob("*.onnx*"):
+            shutil.copy2(path, target / path.name)
+
+    monkeypatch.setattr(onnx_export, "export_graphs", copy_graphs)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["to-onnx", str(folder.parent / "model"), str(tmp_path / "out"), "--atol-fp32", "0"])
+    assert exit_info.value.code == 2
+    assert "exceeds atol 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_too_long_input_is_one_clear_error(exported: tuple) -> None:
