@@ -396,19 +396,21 @@ max |Δ| of the teacher-forced logits against the PyTorch model = {diff:.1e} (fl
 - `decoder.onnx`: one greedy step. decoder_input_ids (batch, 1), encoder_hidden_states, encoder_attention_mask,
   cross_keys, cross_values, past_keys / past_values (layers, batch, heads, past, head_dim; past = 0 at the first
   step, float32) -> logits (batch, vocabulary) and present_keys / present_values (past + 1), the next step's past.
-- `onnx_config.json` (shapes, special ids, `max_positions` = {max_positions}: the longest source and output),
-  `config.json`, `generation_config.json` (start token {start}, EOS {eos}), tokenizer files.
+- `onnx_config.json` (the cache's shape, `max_positions` = {max_positions}: the longest source and output),
+  `config.json` (the model's, for reference), `generation_config.json` (start token {start}, EOS {eos}, the
+  length limits), tokenizer files.
 
 Greedy decoding starts from the decoder start token, feeds each chosen token back with the present keys/values, and
-stops at EOS. With this package installed (`pip install 'hf_vanilla_transformer[onnx]'`), the loop is written:
+stops at EOS (finished rows are fed padding). With this package installed
+(`pip install 'hf_vanilla_transformer[onnx]'`), `OnnxTranslator` runs that loop with the generation config:
 
     from conversion.onnx import OnnxTranslator
     translator = OnnxTranslator("{name}")
     print(translator.translate(["A sentence to translate."]))
     # token ids: translator.generate(input_ids, attention_mask, max_new_tokens=50)
 
-Only `onnxruntime`, `numpy` and a tokenizer are needed to run the files themselves: the loop is
-`conversion/onnx.py` (`OnnxTranslator.generate`), about thirty lines.
+The files themselves need only `onnxruntime`, `numpy` and a tokenizer; `OnnxTranslator.generate` in
+`conversion/onnx.py` is the loop to copy.
 """
 
 
