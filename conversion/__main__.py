@@ -8,7 +8,7 @@ from typing import Any
 
 from hf_vanilla_transformer.files import no_space_message
 
-from . import annotated, fairseq, marian, nn_transformer, opennmt
+from . import annotated, fairseq, marian, nn_transformer, onnx, opennmt
 from ._common import add_card_arguments
 
 # Format name -> a module (or object) with `add_arguments(parser)` and `convert(args)`; its docstring's first line
@@ -18,6 +18,7 @@ FORMATS: dict[str, Any] = {
     "marian": marian,
     "opennmt": opennmt,
     "to-marian": marian.ToMarian,
+    "to-onnx": onnx,
     "nn-transformer": nn_transformer,
     "annotated": annotated,
 }
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         summary = (entry.__doc__ or name).strip().splitlines()[0]
         format_parser = formats.add_parser(name, help=summary, description=summary)
         entry.add_arguments(format_parser)
-        add_card_arguments(format_parser)  # --base-model, --license: the card's metadata, the same for every format
+        if getattr(entry, "WRITES_MODEL_CARD", True):  # --base-model, --license: the card's metadata
+            add_card_arguments(format_parser)
     return parser
 
 

@@ -35,8 +35,8 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConf
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
-from model_card import source_card_metadata
 from hf_vanilla_transformer.start_embedding import start_embedding_max
+from model_card import source_card_metadata
 
 from ._common import (
     Converted,

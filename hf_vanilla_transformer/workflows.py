@@ -732,7 +732,7 @@ def _train_checked(
         from .evaluation import out_of_domain_translation
 
         summary["out_of_domain"] = out_of_domain_translation(
-            load_model(output_dir), AutoTokenizer.from_pretrained(output_dir), options.src_lang
+            load_model(output_dir), load_tokenizer(output_dir), options.src_lang
         )
         if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
             print(f"Last checkpoint alone ({to_average[-1].name}):", flush=True)

@@ -1,0 +1,141 @@
+"""ONNX export (`python -m conversion to-onnx`, conversion/onnx.py) run with onnxruntime: the same greedy tokens as
+our `generate`. One tiny random model exported once per module (a few seconds)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conversion import onnx as onnx_export
+from conversion.__main__ import main
+from conversion.onnx import OnnxTranslator, verify
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+from ..conftest import random_batch, tiny_model, tiny_tokenizer
+
+pytest.importorskip("onnxruntime")  # the onnx extra (in dev)
+pytest.importorskip("onnxscript")
+
+# Batches of right-padded rows of different lengths: (batch, source length, seed).
+BATCHES = [(4, 11, 1), (3, 5, 2), (1, 7, 3), (6, 14, 4)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[VanillaTransformerForConditionalGeneration, Path]:
+    """A tiny model whose greedy output depends on its input (a random post-LN model with the paper's small init
+    decodes the same tokens for every source; stronger encoder and cross-attention weights make the rows differ),
+    saved with a tokenizer and exported through the command line."""
+    model = tiny_model(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "encoder_attn" in name or "encoder.layers" in name:
+                parameter.mul_(4)
+    root = tmp_path_factory.mktemp("onnx")
+    model.save_pretrained(root / "model")
+    tiny_tokenizer().save_pretrained(root / "model")
+    assert main(["to-onnx", str(root / "model"), str(root / "onnx"), "--max-positions", "64"]) == 0
+    return model, root / "onnx"
+
+
+def test_folder_holds_graphs_configs_tokenizer_and_readme(exported: tuple) -> None:
+    _, folder = exported
+    names = {path.name for path in folder.iterdir()}
+    expected = {"encoder.onnx", "decoder.onnx", "onnx_config.json", "config.json", "generation_config.json"}
+    assert expected | {"tokenizer.json", "README.md"} <= names
+    assert "model.safetensors" not in names
+    assert "OnnxTranslator" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("batch", "length", "seed"), BATCHES)
+def test_greedy_tokens_equal_ours(exported: tuple, batch: int, length: int, seed: int) -> None:
+    model, folder = exported
+    inputs = random_batch(batch=batch, src_len=length, seed=seed)
+    with torch.no_grad():
+        ours = model.generate(
+            inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=12,
+        )
+    found = OnnxTranslator(folder).generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=12)
+    np.testing.assert_array_equal(found, ours.numpy())
+
+
+def test_rows_differ_so_the_comparison_means_something(exported: tuple) -> None:
+    _, folder = exported
+    inputs = random_batch(batch=4, src_len=11, seed=1)
+    found = OnnxTranslator(folder).generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=12)
+    assert len({tuple(row) for row in found.tolist()}) >= 3
+
+
+def test_per_sentence_limit_forces_eos_and_pads_finished_rows(exported: tuple) -> None:
+    """§6.1's max_new_tokens_offset from the generation config: rows end at their own length with EOS, then pad."""
+    model, folder = exported
+    translator = OnnxTranslator(folder)
+    translator.generation_config.max_new_tokens_offset = 1
+    inputs = random_batch(batch=4, src_len=9, seed=5)
+    with torch.no_grad():
+        ours = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens_offset=1)
+    found = translator.generate(inputs["input_ids"], inputs["attention_mask"])
+    np.testing.assert_array_equal(found, ours.numpy())
+    lengths = inputs["attention_mask"].sum(-1)
+    for row, length in zip(found, lengths.tolist(), strict=True):
+        assert row[length + 1] == model.config.eos_token_id  # after the start token and `length` tokens
+        assert (row[length + 2 :] == model.config.pad_token_id).all()
+
+
+def test_translate_decodes_text(exported: tuple) -> None:
+    _, folder = exported
+    texts = OnnxTranslator(folder).translate(["w5 w9 w33", "w40"], max_new_tokens=5)
+    assert len(texts) == 2 and all(text.startswith("w") for text in texts)
+
+
+def test_verification_refuses_a_tolerance_below_the_measured_difference(exported: tuple) -> None:
+    model, folder = exported
+    assert verify(model, folder, 1e-4) < 1e-4
+    with pytest.raises(ValueError, match="exceeds atol 0"):
+        verify(model, folder, 0.0)
+
+
+def test_command_refuses_to_write_above_the_tolerance(
+    exported: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The verification runs before the folder is written: above --atol-fp32, exit 2 and no OUTPUT_DIR. The graphs
+    are the fixture's (copied, not exported again, to keep the test fast)."""
+    _, folder = exported
+
+    def copy_graphs(model: object, target: Path, max_positions: int) -> None:
+        for path in folder.glob("*.onnx*"):
+            shutil.copy2(path, target / path.name)
+
+    monkeypatch.setattr(onnx_export, "export_graphs", copy_graphs)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["to-onnx", str(folder.parent / "model"), str(tmp_path / "out"), "--atol-fp32", "0"])
+    assert exit_info.value.code == 2
+    assert "exceeds atol 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_too_long_input_is_one_clear_error(exported: tuple) -> None:
+    _, folder = exported
+    with pytest.raises(ValueError, match="--max-positions"):
+        OnnxTranslator(folder).generate(np.full((1, 65), 5), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("kind", ["missing", "other-model"])
+def test_bad_source_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, kind: str) -> None:
+    source = tmp_path / "source"
+    if kind == "other-model":
+        source.mkdir()
+        (source / "config.json").write_text('{"model_type": "marian"}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["to-onnx", str(source), str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "SOURCE" in error
+    assert not (tmp_path / "out").exists()
