@@ -23,9 +23,9 @@ Timing: ours in this process; each CTranslate2 runtime in a process of its own (
 CTranslate2 has run in a process, PyTorch's small matrix products there slow down (see bench/README.md), and to
 load nothing of ours beside it. Both use `--threads` threads.
 
-Other runtimes (ONNX Runtime next) add a row by registering a worker in `RUNTIMES`: a function of
-(export folder, source token lists, batch plan, args) that builds the runtime from the Marian export and returns
-`RuntimeResult`; it then runs in its own process like CTranslate2's.
+ONNX Runtime runs the `python -m conversion to-onnx` export of the same folder (`conversion.onnx.OnnxTranslator`,
+greedy only: it has no beam search), also in its own process. A runtime is a worker in `RUNTIMES`: a function of
+(work folder with the Marian and ONNX exports, source token lists, batch plan, args) that returns `RuntimeResult`.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ class RuntimeResult:
     in input order, and wall seconds for the whole set."""
 
     greedy: list[list[str]]
-    beam: list[list[str]]
+    beam: list[list[str]] | None  # None: the runtime decodes greedily only (ONNX Runtime through OnnxTranslator)
     greedy_seconds: float
-    beam_seconds: float
+    beam_seconds: float | None
     detail: str = ""
 
 
@@ -129,10 +129,40 @@ def ctranslate2_worker(compute_type: str) -> Callable[[Path, list[list[str]], li
     return run
 
 
-# The rows besides ours, each run in its own process on the Marian export. An ONNX Runtime row registers here.
+# ---------------------------------------------------------------------------------------------- ONNX Runtime
+def onnx_worker(export: Path, source_tokens: list[list[str]], plan: list[list[int]], args: Any) -> RuntimeResult:
+    """A `RUNTIMES` worker: greedy decoding with ONNX Runtime on the `to-onnx` export (its generation config: the
+    same per-sentence limit as ours)."""
+    import onnxruntime
+    from transformers import AutoTokenizer
+
+    from conversion.onnx import OnnxTranslator
+
+    folder = export.parent / "onnx"
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    translator = OnnxTranslator(folder, session_options=options)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    greedy: list[list[str]] = [[] for _ in source_tokens]
+    start = time.perf_counter()
+    for indices in plan:
+        rows = [tokenizer.convert_tokens_to_ids(source_tokens[index]) for index in indices]
+        width = max(len(row) for row in rows)
+        input_ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+        attention_mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+        for index, row in zip(indices, translator.generate(input_ids, attention_mask).tolist(), strict=True):
+            row = row[1:]
+            greedy[index] = tokenizer.convert_ids_to_tokens(row[: row.index(eos)] if eos in row else row)
+    seconds = time.perf_counter() - start
+    return RuntimeResult(greedy, None, seconds, None, f"greedy only, onnxruntime {onnxruntime.__version__}")
+
+
+# The rows besides ours, each run in its own process on the exports.
 RUNTIMES: dict[str, Callable[[Path, list[list[str]], list[list[int]], Any], RuntimeResult]] = {
     "ct2_float32": ctranslate2_worker("float32"),
     "ct2_int8": ctranslate2_worker("int8"),
+    "onnxruntime": onnx_worker,
 }
 
 
@@ -146,34 +176,35 @@ def run_worker(name: str, work: Path, args: argparse.Namespace) -> RuntimeResult
 
 # ------------------------------------------------------------------------------------------------------ report
 def compare(name: str, result: RuntimeResult, reference: RuntimeResult, detokenize: Callable, refs: list[str]) -> dict:
-    """A table row: identical fractions against `reference` (ours), beam-4 sacreBLEU, seconds."""
+    """A table row: identical fractions against `reference` (ours), greedy and beam-4 sacreBLEU, seconds (None where
+    the runtime has no beam search)."""
     from hf_vanilla_transformer.evaluation import score_translations
 
-    scores = score_translations([detokenize(tokens) for tokens in result.beam], refs)
-    same = {
-        kind: sum(a == b for a, b in zip(getattr(result, kind), getattr(reference, kind), strict=True)) / len(refs)
-        for kind in ("greedy", "beam")
-    }
-    return {
-        "runtime": name,
-        "decoding": result.detail,
-        "greedy_identical_to_ours": same["greedy"],
-        "beam4_identical_to_ours": same["beam"],
-        "beam4_bleu": scores["bleu"],
-        "bleu_signature": scores["bleu_signature"],
-        "greedy_seconds": result.greedy_seconds,
-        "beam4_seconds": result.beam_seconds,
-    }
+    row: dict[str, Any] = {"runtime": name, "decoding": result.detail}
+    for kind, label in (("greedy", "greedy"), ("beam", "beam4")):
+        outputs, ours_outputs = getattr(result, kind), getattr(reference, kind)
+        if outputs is None:
+            row |= {f"{label}_identical_to_ours": None, f"{label}_bleu": None, f"{label}_seconds": None}
+            continue
+        scores = score_translations([detokenize(tokens) for tokens in outputs], refs)
+        same = sum(a == b for a, b in zip(outputs, ours_outputs, strict=True)) / len(refs)
+        row |= {f"{label}_identical_to_ours": same, f"{label}_bleu": scores["bleu"]}
+        row |= {f"{label}_seconds": getattr(result, f"{kind}_seconds"), "bleu_signature": scores["bleu_signature"]}
+    return row
 
 
 def print_table(rows: list[dict[str, Any]], sentences: int) -> None:
+    def cell(value: float | None, width: int, digits: int) -> str:
+        return f"{'-':>{width}s}" if value is None else f"{value:{width}.{digits}f}"
+
     print(f"\n{sentences} sentences of Multi30k test_2016")
-    print(f"{'runtime':12s} {'greedy = ours':>13s} {'beam4 = ours':>12s} {'BLEU':>6s}", end=" ")
-    print(f"{'greedy s':>9s} {'beam4 s':>8s}")
+    print(f"{'runtime':12s} {'greedy = ours':>13s} {'beam4 = ours':>12s}", end=" ")
+    print(f"{'greedy BLEU':>11s} {'beam4 BLEU':>10s} {'greedy s':>9s} {'beam4 s':>8s}")
     for row in rows:
         print(
-            f"{row['runtime']:12s} {row['greedy_identical_to_ours']:13.4f} {row['beam4_identical_to_ours']:12.4f} "
-            f"{row['beam4_bleu']:6.2f} {row['greedy_seconds']:9.2f} {row['beam4_seconds']:8.2f}"
+            f"{row['runtime']:12s} {cell(row['greedy_identical_to_ours'], 13, 4)} "
+            f"{cell(row['beam4_identical_to_ours'], 12, 4)} {cell(row['greedy_bleu'], 11, 2)} "
+            f"{cell(row['beam4_bleu'], 10, 2)} {cell(row['greedy_seconds'], 9, 2)} {cell(row['beam4_seconds'], 8, 2)}"
         )
     for row in rows:
         print(f"  {row['runtime']}: {row['decoding']}")
@@ -218,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         if convert(["to-marian", str(args.model_dir), str(work / "marian")]) != 0:
+            return 1
+        if "onnxruntime" in args.runtimes and convert(["to-onnx", str(args.model_dir), str(work / "onnx")]) != 0:
             return 1
         source_tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
         (work / "plan.json").write_text(json.dumps({"source_tokens": source_tokens, "batches": plan}))
