@@ -706,7 +706,7 @@ def test_a_real_full_disk_while_averaging_is_one_line(tmp_path, capsys) -> None:
         pytest.skip("this system refuses to mount a tmpfs")
     try:
         tiny_model().save_pretrained(tmp_path / "checkpoint")
-        code, error = cli(["average", str(tmp_path / "checkpoint"), "-o", str(small / "averaged")], capsys)
+        code, error = cli_error_line(["average", str(tmp_path / "checkpoint"), "-o", str(small / "averaged")], capsys)
         assert code == 2 and "no space left on device while writing" in error and str(small) in error, error
     finally:
         subprocess.run(["umount", str(small)], check=True)
