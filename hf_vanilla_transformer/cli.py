@@ -200,9 +200,9 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         const="yes",
         default=recipe.bf16,
         choices=("auto", "yes", "no"),
-        help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where this device multiplies bf16 at least 2x as fast "
-        "as fp32, measured at start: CPUs with AVX512-BF16/AMX, GPUs; fp32 on AVX2-only CPUs, which emulate bf16 "
-        "~100x slower) or --bf16 no (the default)",
+        help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where the device has bf16 matrix units, as torch "
+        "reports them: CPUs with AMX or AVX512-BF16, GPUs with bf16; fp32 elsewhere, e.g. AVX2-only CPUs, which "
+        "emulate bf16 ~100x slower) or --bf16 no",
     )
     optim.add_argument(
         "--attn-implementation",
