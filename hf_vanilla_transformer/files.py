@@ -33,18 +33,24 @@ TOKENIZER_FILES = (
 # The subfolder with the target side's tokenizer, where source and target vocabularies differ (the converters).
 TARGET_TOKENIZER = "target_tokenizer"
 
-# Top-level entries that belong to a model folder: what save_pretrained, the tokenizers, the converters and the model
-# card write. A new folder replaces all of them, so a stale one (an old target_tokenizer/ or weight shard) vanishes.
-# Every other entry of the old folder (a training run's checkpoints/, curve/, results.json, a user's own files) is
-# carried over into the new one. Code files (*.py) are not listed: save_pretrained rewrites the model's own, and a
-# file of the user's is never deleted.
-MODEL_ENTRIES = (
+# The card, the configs and the safetensors weights (one file, or shards and their index): what a model folder and its
+# Hub repository hold besides tokenizer and code files.
+MODEL_FILES = (
     "README.md",
     "config.json",
     "generation_config.json",
     "model.safetensors",
     "model-*-of-*.safetensors",
     "model.safetensors.index.json",
+)
+
+# Top-level entries that belong to a model folder: what save_pretrained, the tokenizers, the converters and the model
+# card write. A new folder replaces all of them, so a stale one (an old target_tokenizer/ or weight shard) vanishes.
+# Every other entry of the old folder (a training run's checkpoints/, curve/, results.json, a user's own files) is
+# carried over into the new one. Code files (*.py) are not listed: save_pretrained rewrites the model's own, and a
+# file of the user's is never deleted.
+MODEL_ENTRIES = (
+    *MODEL_FILES,
     "pytorch_model*.bin",
     "pytorch_model.bin.index.json",
     *TOKENIZER_FILES,
@@ -178,6 +184,7 @@ def no_space_message(error: BaseException, path: str | os.PathLike, option: str)
 
 __all__ = [
     "MODEL_ENTRIES",
+    "MODEL_FILES",
     "TARGET_TOKENIZER",
     "TOKENIZER_FILES",
     "is_model_entry",

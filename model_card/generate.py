@@ -24,7 +24,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.attention_maps import PLOTS
-from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES
+from hf_vanilla_transformer.files import MODEL_FILES, TARGET_TOKENIZER, TOKENIZER_FILES
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
@@ -142,12 +142,7 @@ KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 # the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
 # names is uploaded.
 HUB_FILES = (
-    "README.md",
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*-of-*.safetensors",
-    "model.safetensors.index.json",
+    *MODEL_FILES,
     *TOKENIZER_FILES,
     *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
     "attention/*.png",

@@ -6,6 +6,19 @@ import torch
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 VOCAB = 61
+# The code files a saved model folder carries (remote code): the config and model modules, what they import
+# relatively, and the translation pipeline.
+CODE_FILES = frozenset(
+    {
+        "configuration_vanilla_transformer.py",
+        "cpu_inference.py",
+        "generation_vanilla_transformer.py",
+        "input_checks.py",
+        "label_smoothed_loss.py",
+        "modeling_vanilla_transformer.py",
+        "pipeline_vanilla_translation.py",
+    }
+)
 
 
 def tiny_config(**overrides: object) -> VanillaTransformerConfig:

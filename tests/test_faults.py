@@ -565,7 +565,7 @@ def test_hub_files_are_the_model_and_its_code_files_only(tmp_path) -> None:
     were left out, so an uploaded Marian conversion had no tokenizer)."""
     from model_card import hub_files, write_model_card
 
-    from .conftest import tiny_model
+    from .conftest import CODE_FILES, tiny_model
 
     tiny_model().save_pretrained(tmp_path)
     write_model_card(tmp_path)
@@ -574,15 +574,7 @@ def test_hub_files_are_the_model_and_its_code_files_only(tmp_path) -> None:
     for name in [*tokenizer, "target_tokenizer/tokenizer.json", "target_tokenizer/tokenizer_config.json"]:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("{}")
-    code = [
-        "configuration_vanilla_transformer.py",
-        "cpu_inference.py",
-        "generation_vanilla_transformer.py",
-        "input_checks.py",
-        "label_smoothed_loss.py",
-        "modeling_vanilla_transformer.py",
-        "pipeline_vanilla_translation.py",
-    ]
+    code = sorted(CODE_FILES)
     model = ["README.md", "config.json", "generation_config.json", "model.safetensors"]
     target = ["target_tokenizer/tokenizer.json", "target_tokenizer/tokenizer_config.json"]
     assert hub_files(tmp_path) == sorted([*code, *model, *tokenizer, *target])

@@ -13,17 +13,8 @@ from huggingface_hub.errors import EntryNotFoundError
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from model_card import push_folder_to_hub, write_model_card
 
-from .conftest import tiny_model, tiny_tokenizer
+from .conftest import CODE_FILES, tiny_model, tiny_tokenizer
 
-CODE_FILES = {
-    "configuration_vanilla_transformer.py",
-    "modeling_vanilla_transformer.py",
-    "cpu_inference.py",
-    "input_checks.py",
-    "label_smoothed_loss.py",
-    "generation_vanilla_transformer.py",
-    "pipeline_vanilla_translation.py",
-}
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "README.md"} | CODE_FILES
 
