@@ -501,13 +501,15 @@ def _card_inputs(
     }
 
 
-def _write_model_card(model_dir: Path, summary: dict) -> None:
+def _write_model_card(model_dir: Path, summary: dict, repo_id: str | None) -> None:
+    """README.md from the summary's card inputs; `repo_id` (--push-to-hub): the examples load that repository, so
+    that the folder's card is the one uploaded."""
     try:
         from model_card import card_from_results
     except ImportError as error:  # the card is a by-product: a missing extra must not cost the trained model
         print(f"Model card not written ({error}); install the package with its model_card module.", flush=True)
         return
-    card_from_results(model_dir, summary).save(model_dir / "README.md")
+    card_from_results(model_dir, summary, repo_id=repo_id).save(model_dir / "README.md")
 
 
 def train(options: TrainOptions) -> TrainResult | None:
@@ -591,6 +593,11 @@ def train(options: TrainOptions) -> TrainResult | None:
     checkpoint_dir, resume_from = _check_output_dir(options)
     train_pairs, test_pairs, data_name = _load_training_data(options)
     _check_training_pairs(train_pairs, data_name, options)
+    if options.push_to_hub is not None and (test_pairs is None or not options.evaluate):
+        raise WorkflowError(
+            f"`--push-to-hub {options.push_to_hub}` uploads the model with its card, which the test-set evaluation "
+            "writes; drop --no-eval (and give a test set, --test-src/--test-tgt, where the data has none)."
+        )
 
     print(f"Training pairs: {len(train_pairs):,} ({data_name}, {options.src_lang} -> {options.tgt_lang})", flush=True)
     if options.tokenizer is not None:
@@ -644,6 +651,12 @@ def train(options: TrainOptions) -> TrainResult | None:
             )
         finished = options.max_steps == steps
 
+    if main_process and (output_dir / "config.json").is_file():  # a run folder of the layout before RUN/model
+        print(
+            f"{output_dir} holds a model at its top level (a run of an older version); this run writes its model to "
+            f"{output_dir / MODEL_DIR}, and the top-level model files can be deleted.",
+            flush=True,
+        )
     # Every option is checked: from here on the folder changes, by one run at a time.
     output_dir = writable_folder(output_dir, "--output-dir")
     with exclusive_run(output_dir) if main_process else contextlib.nullcontext():
@@ -774,7 +787,7 @@ def _train_checked(
             summary["learning_curve"] = curve.png.name
         # What the card is made of, kept so that `push` renders it again with the repository's id.
         summary["card"] = _card_inputs(output_dir, summary, options, data_name, example_text=sources[0])
-        _write_model_card(model_dir, summary)
+        _write_model_card(model_dir, summary, options.push_to_hub)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     result = TrainResult(output_dir, summary)
     result.results_file.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -155,6 +155,8 @@ HUB_FILES = (
     *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
     "attention/*.png",
     "learning_curve.png",
+    # The scores and test translations of `train` (the card's model-index comes from them).
+    "results.json",
 )
 
 

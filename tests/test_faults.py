@@ -81,7 +81,7 @@ def assert_same_end(resumed: Path, reference: Path, resumed_from: int) -> None:
     """Weights (last checkpoint and the averaged model folder), Adam's state and the later losses are bit-identical."""
     last = f"checkpoints/checkpoint-{MAX_STEPS}"
     assert_bit_identical(weights(resumed / last), weights(reference / last), "last checkpoint")
-    assert_bit_identical(weights(resumed), weights(reference), "averaged model folder")
+    assert_bit_identical(weights(resumed / "model"), weights(reference / "model"), "averaged model folder")
     assert_bit_identical(optimizer_tensors(resumed / last), optimizer_tensors(reference / last), "Adam state")
     resumed_losses, reference_losses = losses(resumed / last), losses(reference / last)
     assert [resumed_losses[step] for step in range(resumed_from + 1, MAX_STEPS + 1)] == [
@@ -357,7 +357,7 @@ def test_resume_honours_max_steps(earlier_run, corpus, tmp_path, capsys, monkeyp
     assert (output / "run_settings.json").read_bytes() == (earlier_run / "run_settings.json").read_bytes()
     assert checkpoint_steps(output) == [2]
     assert (output / "checkpoints" / "checkpoint-2" / "model.safetensors").read_bytes() == checkpoint
-    assert json.loads((output / "results.json").read_text())["updates"] == 2
+    assert json.loads((output / "model" / "results.json").read_text())["updates"] == 2
 
 
 def test_only_real_missing_keys_are_reported_on_resume(tmp_path, monkeypatch) -> None:
