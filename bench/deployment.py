@@ -220,9 +220,7 @@ def test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "model_dir", type=Path, help="A model folder of train (e.g. outputs/multi30k-en-de/model)."
-    )
+    parser.add_argument("model_dir", type=Path, help="A model folder of train (e.g. outputs/multi30k-en-de/model).")
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")
     parser.add_argument("--batch-size", type=int, default=64)
