@@ -792,7 +792,13 @@ def _train_checked(
     result = TrainResult(output_dir, summary)
     result.results_file.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if options.push_to_hub is not None:
-        pushed = push(PushOptions(model_dir, options.push_to_hub, private=options.private))
+        try:
+            pushed = push(PushOptions(model_dir, options.push_to_hub, private=options.private))
+        except WorkflowError as error:  # the model is saved: say how to upload it once the problem is solved
+            raise WorkflowError(
+                f"{error} The model folder {model_dir} is written; upload it with `hf-vanilla-transformer push "
+                f"{model_dir} {options.push_to_hub}`."
+            ) from None
         print(f"Pushed {len(pushed.files)} files of {model_dir} to {pushed.url}", flush=True)
     return result
 
@@ -1008,7 +1014,13 @@ def push(options: PushOptions) -> PushResult:
     except ValueError as error:
         raise WorkflowError(f"`model_dir` {model_dir}: {error}") from None
     token = hub_token("push")
-    card = card_from_results(model_dir, repo_id=options.repo_id)
+    try:
+        card = card_from_results(model_dir, repo_id=options.repo_id)
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not the results `train` writes
+        raise WorkflowError(
+            f"{model_dir / RESULTS_FILE} is damaged ({type(error).__name__}: {error}); the card is rendered from it. "
+            "Restore it from the run, or delete it to upload the folder's README.md as it is."
+        ) from None
     try:
         commit = push_folder_to_hub(
             model_dir,
