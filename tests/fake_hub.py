@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import yaml
+
 GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
 
 
@@ -100,6 +102,11 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             if self.command == "POST" and parts == ["api", "repos", "create"]:
                 return self._create_repo(json.loads(self._body()))
+            if self.command == "GET" and parts == ["api", "agent-harnesses"]:
+                # huggingface_hub fetches this registry (for its user-agent string) once a day: an empty one.
+                return self._json(200, {"standardEnvVars": [], "harnesses": {}})
+            if self.command == "POST" and parts == ["api", "validate-yaml"]:
+                return self._validate_yaml(json.loads(self._body()))
             if parts[:2] == ["api", "models"] and len(parts) >= 4:
                 repo_id, action, rest = "/".join(parts[2:4]), parts[4] if len(parts) > 4 else "", parts[5:]
                 if repo_id not in state.repos:
@@ -133,6 +140,19 @@ class _Handler(BaseHTTPRequestHandler):
         repo.branches["main"] = state.new_commit(repo, {".gitattributes": GITATTRIBUTES})
         state.repos[repo_id] = repo
         self._json(200, {"url": url, "name": repo_id})
+
+    def _validate_yaml(self, payload: dict) -> None:
+        """The card's metadata (the README.md's YAML header, which huggingface_hub sends before a commit that
+        holds a README.md) must parse as a mapping; the Hub also checks fields, which this fake does not."""
+        content = payload["content"]
+        header = content.split("---", 2)[1] if content.startswith("---") else ""
+        try:
+            metadata = yaml.safe_load(header) if header else {}
+        except yaml.YAMLError as error:
+            return self._json(400, {"error": f"Invalid YAML: {error}"})
+        if not isinstance(metadata, dict):
+            return self._json(400, {"error": "the YAML metadata is not a mapping"})
+        self._json(200, {"errors": [], "warnings": []})
 
     def _create_branch(self, repo_id: str, branch: str) -> None:
         if not self._authorized():

@@ -10,12 +10,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard, constants
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla_transformer import workflows
 from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.data import MULTI30K_DIR
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
@@ -86,18 +88,24 @@ REMOTE_SCRIPT = textwrap.dedent(
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
     repo_id, sentences = sys.argv[1], json.loads(sys.argv[2])
     model = AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(repo_id)
+    tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
     tokens = model.generate(**tokenizer(sentences, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=8)
-    print(json.dumps({"module": type(model).__module__, "tokens": tokens.tolist()}))
+    print("RESULT", json.dumps({"module": type(model).__module__, "tokens": tokens.tolist()}))
     """
 )
 
 
-def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, capsys) -> None:
+def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, capsys, monkeypatch) -> None:
     """`train --push-to-hub`: the upload is exactly the files of RUN/model, in one commit, byte for byte (the card
     rendered with the repository's id); from_pretrained of the repository from the fake Hub gives the same greedy
     tokens as the local folder, with this package and, as remote code, in a process that cannot import it."""
     url, state = hub
+    # The attention figures of the first layer and head only: drawing every layer's grid of an untrained model's
+    # 50-token outputs takes half a minute, and the figures are tested in test_cli.py.
+    plot = workflows.plot_attention_maps
+    monkeypatch.setattr(
+        workflows, "plot_attention_maps", lambda options: plot(replace(options, layers=[0], heads=[0]))
+    )
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for lang in ("en", "de"):
@@ -156,7 +164,8 @@ def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, c
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    without_package = json.loads(result.stdout.strip().splitlines()[-1])
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    without_package = json.loads(line.removeprefix("RESULT "))
     assert without_package["module"].startswith("transformers_modules")
     assert without_package["tokens"] == expected
     assert state.unknown == []
