@@ -28,13 +28,14 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ([], ["train", "evaluate", "translate", "average", "attention", "curve"]),
-        (["train"], ["--max-time", "--preset", "--src-lang", "--resume", "--average-last", "--bf16", "eq. (3)"]),
+        ([], ["train", "evaluate", "translate", "average", "push", "attention", "curve"]),
+        (["train"], ["--max-time", "--preset", "--resume", "--average-last", "--bf16", "eq. (3)", "--push-to-hub"]),
         (["evaluate"], ["model_dir", "--split", "--src", "--ref"]),
         (["translate"], ["model_dir", "stdin", "--num-beams"]),
         (["average"], ["checkpoints", "--last", "--output"]),
         (["attention"], ["model_dir", "sentence"]),
-        (["curve"], ["model_dir", "--limit", "learning_curve.png"]),
+        (["curve"], ["run_dir", "--limit", "learning_curve.png"]),
+        (["push"], ["model_dir", "repo_id", "--private", "--revision", "--force", "hf auth login"]),
     ],
 )
 def test_help(command, expected, capsys) -> None:
