@@ -285,6 +285,19 @@ def test_a_refused_option_changes_nothing_on_disk(
     assert not (tmp_path / "new").exists()
 
 
+def test_resume_of_a_run_folder_of_the_older_layout(earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
+    """A run folder from before RUN/model (the model at its top level, beside checkpoints/) resumes: the new model
+    goes to RUN/model, and one line says that the old top-level model files can be deleted."""
+    output = shutil.copytree(earlier_run, tmp_path / "old-layout")
+    for entry in (output / "model").iterdir():
+        entry.rename(output / entry.name)
+    (output / "model").rmdir()
+    code, out, err = cli(bpe_args(corpus, output, 2, "--resume"), capsys, monkeypatch)
+    assert code == 0, err
+    assert f"{output} holds a model at its top level (a run of an older version); this run writes its model to " in out
+    assert json.loads((output / "model" / "results.json").read_text())["updates"] == 2
+
+
 def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path) -> None:
     """Two `train` processes on one --output-dir both exited 0 with their checkpoints mixed (issue 26, item 3).
     While a run holds the folder (paused after update 1, checkpoint-1 written), a second run exits 2 naming the
