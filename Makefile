@@ -30,7 +30,8 @@ test: setup lint
 		TRANSFORMERS_TESTS_SOURCE="$(HF_TESTS_SOURCE)" PYTHON=$(PY) bash tests/hf_common/run.sh; \
 	else echo "transformers' common model tests not run: no $(HF_TESTS_SOURCE) (see tests/hf_common/run.sh)"; fi
 
-# The main job: train on the bundled Multi30k EN->DE, evaluate, write outputs/multi30k-en-de. ARGS="..." adds options.
+# The main job: train on the bundled Multi30k EN->DE, evaluate, write the run folder outputs/multi30k-en-de
+# (its model folder: outputs/multi30k-en-de/model). ARGS="..." adds options.
 # --bf16 auto: bf16 autocast where the CPU/GPU has bf16 matrix units (AMX, AVX512-BF16), fp32 elsewhere.
 train: setup
 	$(VENV)/bin/hf-vanilla-transformer train --bf16 auto $(ARGS)

@@ -1,6 +1,6 @@
 """Deployment check: a model folder trained here, exported to CTranslate2, against ours on Multi30k test_2016.
 
-    python -m bench.deployment outputs/multi30k-en-de --json bench/results/deployment.json
+    python -m bench.deployment outputs/multi30k-en-de/model --json bench/results/deployment.json
 
 `python -m conversion to-marian` (no force flag: training keeps the decoder-start embedding row at zero), then
 CTranslate2's `TransformersConverter`; CTranslate2 runs with compute type float32 and int8. On every sentence of
@@ -220,7 +220,7 @@ def test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model_dir", type=Path, help="A model folder trained here (e.g. outputs/multi30k-en-de).")
+    parser.add_argument("model_dir", type=Path, help="A model folder of train (e.g. outputs/multi30k-en-de/model).")
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -158,7 +158,8 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     The config's `auto_map` and `custom_pipelines` are this package's, never the checkpoint's; a checkpoint of
     another model type is refused.
     Written beside `output_dir` first, then swapped in whole (`replaced_folder`): a kill leaves the old folder or the
-    new one; the folder's other entries (a training run's checkpoints/) are carried over, stale model files dropped."""
+    new one; the folder's other entries (a user's files, the results and figures `train` writes after this) are carried
+    over, stale model files dropped."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     from . import VanillaTransformerConfig  # importing the package registers the Auto classes

@@ -1,11 +1,12 @@
-"""`hf-vanilla-transformer` (also `python -m hf_vanilla_transformer`): train, evaluate, translate, average, curve,
-attention.
+"""`hf-vanilla-transformer` (also `python -m hf_vanilla_transformer`): train, evaluate, translate, average, push,
+curve, attention.
 
 This module only maps command-line options onto the options of `hf_vanilla_transformer.workflows` (where the work
 is done) and prints the results. `hf-vanilla-transformer train` with no options is the main job (recipes.MULTI30K):
 Multi30k EN→DE, a joint 8k BPE, the `transformer-multi30k` preset trained inside `Seq2SeqTrainer` for a wall-clock
 budget, the last checkpoints averaged (§6.1), test_2016 BLEU with the paper's decoding and example translations
-printed, and a Hub-ready folder (`outputs/multi30k-en-de`) that `pipeline("translation", model=...)` loads.
+printed, and a Hub-ready model folder (`outputs/multi30k-en-de/model`) that `pipeline("translation", model=...)`
+loads and `push` uploads.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ _TRAIN_OPTIONS = (
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
-    *("output_dir", "eval_batch_size", "examples", "logging_steps", "license"),
+    *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
 )
 
 
@@ -244,7 +245,11 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     )
 
     output = parser.add_argument_group("output and evaluation")
-    output.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help="the model folder")
+    output.add_argument(
+        "--output-dir",
+        default=DEFAULT_OUTPUT_DIR,
+        help="the run folder: checkpoints/, curve/, run_settings.json, and the model folder OUTPUT_DIR/model",
+    )
     output.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     output.add_argument("--eval-batch-size", type=_positive_int, default=64)
     output.add_argument("--examples", type=int, default=5, help="example translations to print")
@@ -254,6 +259,14 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         "--license",
         help="the model card's Hub license id (default: the training data's own terms: Multi30k's non-commercial "
         "research terms as `license: other`; none for other data)",
+    )
+    output.add_argument(
+        "--push-to-hub",
+        metavar="REPO_ID",
+        help="upload the model folder to this Hub repository at the end (see `push`); the token is checked first",
+    )
+    output.add_argument(
+        "--private", action="store_true", default=None, help="with --push-to-hub: create the repository private"
     )
     parser.set_defaults(func=run_train)
 
@@ -393,6 +406,41 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- push
+
+
+def _add_push_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "push",
+        help="upload a model folder to the Hugging Face Hub",
+        description=(
+            "Upload exactly the model's files (weights, configs, tokenizer files, code files, card, figures, "
+            "results.json) of MODEL_DIR (the model folder of `train`, OUTPUT_DIR/model, or a converted folder) to "
+            "REPO_ID in one commit, creating the repository if needed; the card of a `train` folder is rendered "
+            "again with REPO_ID. Needs a token (`hf auth login` or HF_TOKEN)."
+        ),
+    )
+    parser.add_argument("model_dir", help="the model folder")
+    parser.add_argument("repo_id", help="the Hub repository, e.g. your-name/multi30k-en-de")
+    parser.add_argument("--private", action="store_true", help="create the repository private")
+    parser.add_argument("--revision", help="upload to this branch (created from main if missing)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the content of a repository that holds other files (they are deleted in the same commit)",
+    )
+    parser.set_defaults(func=run_push)
+
+
+def run_push(args: argparse.Namespace) -> int:
+    """The `push` subcommand."""
+    from .workflows import PushOptions, push
+
+    result = push(PushOptions(**_options(args, ("model_dir", "repo_id", "private", "revision", "force"))))
+    print(f"Pushed {len(result.files)} files to {args.repo_id}: {result.url}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- curve
 
 
@@ -400,12 +448,12 @@ def _add_curve_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "curve",
         help="plot validation BLEU of a run's snapshots against training minutes",
-        description="Score the snapshots of `train --curve-every` (MODEL_DIR/curve) on Multi30k validation with "
-        "greedy decoding; write MODEL_DIR/learning_curve.json and learning_curve.png (with the curves of "
-        "--compare-curve FILE beside it, if given).",
+        description="Score the snapshots of `train --curve-every` (RUN_DIR/curve) on Multi30k validation with "
+        "greedy decoding; write RUN_DIR/learning_curve.json and RUN_DIR/model/learning_curve.png (with the curves "
+        "of --compare-curve FILE beside it, if given).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("model_dir", help="the --output-dir of a `train --curve-every ...` run")
+    parser.add_argument("run_dir", help="the --output-dir of a `train --curve-every ...` run")
     parser.add_argument("--src-lang", help="default: the run's (results.json) or en")
     parser.add_argument("--tgt-lang", help="default: the run's or de")
     parser.add_argument("--batch-size", type=_positive_int, default=64)
@@ -419,7 +467,7 @@ def run_curve(args: argparse.Namespace) -> int:
     """The `curve` subcommand."""
     from .workflows import CurveOptions, learning_curve
 
-    names = ("model_dir", "src_lang", "tgt_lang", "batch_size", "limit", "compare_curve")
+    names = ("run_dir", "src_lang", "tgt_lang", "batch_size", "limit", "compare_curve")
     result = learning_curve(CurveOptions(**_options(args, names), progress=not args.no_progress))
     print(f"Wrote {result.png}")
     return 0
@@ -482,6 +530,7 @@ def build_parser(recipe: Recipe = DEFAULT_RECIPE) -> argparse.ArgumentParser:
     _add_evaluate_parser(subparsers)
     _add_translate_parser(subparsers)
     _add_average_parser(subparsers)
+    _add_push_parser(subparsers)
     _add_curve_parser(subparsers)
     _add_attention_parser(subparsers)
     return parser
@@ -492,7 +541,7 @@ _OUTPUT = {
     "train": ("output_dir", "--output-dir"),
     "evaluate": ("output", "--output"),
     "average": ("output", "--output"),
-    "curve": ("model_dir", "model_dir"),
+    "curve": ("run_dir", "run_dir"),
     "attention": ("out", "--out"),
 }
 

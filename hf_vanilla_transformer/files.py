@@ -46,9 +46,10 @@ MODEL_FILES = (
 
 # Top-level entries that belong to a model folder: what save_pretrained, the tokenizers, the converters and the model
 # card write. A new folder replaces all of them, so a stale one (an old target_tokenizer/ or weight shard) vanishes.
-# Every other entry of the old folder (a training run's checkpoints/, curve/, results.json, a user's own files) is
-# carried over into the new one. Code files (*.py) are not listed: save_pretrained rewrites the model's own, and a
-# file of the user's is never deleted.
+# Every other entry of the old folder (a user's own files; `train`'s results.json, attention/ and learning_curve.png,
+# which it writes again after averaging; the checkpoints/ and curve/ of a run folder of an older version, where the
+# model sat at the run folder's top level) is carried over into the new one. Code files (*.py) are not listed:
+# save_pretrained rewrites the model's own, and a file of the user's is never deleted.
 MODEL_ENTRIES = (
     *MODEL_FILES,
     "pytorch_model*.bin",

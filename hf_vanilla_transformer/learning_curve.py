@@ -141,16 +141,18 @@ def write_learning_curve(
     batch_size: int = 64,
     progress: bool = True,
     compare: str | Path | None = None,
+    png: str | Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Score the snapshots (default `model_dir/curve`) and write `learning_curve.json` and `learning_curve.png`
-    into `model_dir`; the plot adds the curves of the `compare` file (see `load_comparison_curves`) if given."""
+    """Score the snapshots (default `model_dir/curve`) and write `learning_curve.json` into `model_dir` and the plot
+    to `png` (default `model_dir/learning_curve.png`; `train` puts it into the model folder, the JSON stays in the
+    run folder); the plot adds the curves of the `compare` file (see `load_comparison_curves`) if given."""
     model_dir = Path(model_dir)
     comparison = load_comparison_curves(compare) if compare is not None else None  # checked before the scoring
     points = evaluate_snapshots(
         snapshots or model_dir / CURVE_DIR, tokenizer, sources, references, batch_size=batch_size, progress=progress
     )
     (model_dir / CURVE_JSON).write_text(json.dumps(points, indent=2) + "\n", encoding="utf-8")
-    plot_learning_curve(points, model_dir / CURVE_PNG, compare=comparison)
+    plot_learning_curve(points, png or model_dir / CURVE_PNG, compare=comparison)
     return points
 
 

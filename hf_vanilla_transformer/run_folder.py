@@ -2,9 +2,10 @@
 
 - `exclusive_run`: an exclusive lock (`flock`) on `.NAME.lock` beside the folder, held for the whole run, with the
   holder's PID in it. The operating system drops the lock when the holder dies, however it dies, so a killed run
-  never blocks its `--resume`. Beside the folder, not inside it: the averaged model folder is swapped in whole
-  (files.replaced_folder), and a lock file inside would become another file (a copy where hard links are missing,
-  or at the old folder's path after the swap); beside it, it stays one file for the run's whole life. It is never
+  never blocks its `--resume`. Beside the folder, not inside it: a model folder is swapped in whole
+  (files.replaced_folder; RUN/model now, the run folder itself in runs of older versions), and a lock file inside
+  the swapped folder would become another file (a copy where hard links are missing, or at the old folder's path
+  after the swap); beside it, it stays one file for the run's whole life. It is never
   deleted: deleting a lock file lets a waiting process lock the deleted file while a third locks a new one.
 - `run_settings` / `check_same_run`: the settings that define a run (data, tokenizer, model, optimization,
   precision), written to `run_settings.json` when it starts; `--resume` with any of them changed is refused,

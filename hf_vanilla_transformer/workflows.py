@@ -7,7 +7,9 @@ naming the option, its value and the fix, before any long work where it can be c
 `train` is the main job: data (Multi30k by default, or parallel files, or a datasets folder), a joint BPE (§5.1),
 the model of a `Recipe` (recipes.py) trained inside `Seq2SeqTrainer` (training.py) for its budget, the last
 checkpoints averaged (§6.1), the test set scored with the paper's decoding, attention maps, a learning curve, a
-model card, and `results.json`: a Hub-ready folder that `pipeline("translation", model=...)` loads.
+model card, and `results.json`. The run folder (`--output-dir RUN`) keeps what training needs (RUN/checkpoints,
+RUN/curve, run_settings.json, learning_curve.json); the model goes to RUN/model, which holds exactly the files of
+its Hub repository (`push` uploads it) and which `pipeline("translation", model=...)` loads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # torch and transformers load with the workflow that needs th
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
 CHECKPOINTS = "checkpoints"
+# The model folder inside a run folder: the Hub repository's files and nothing else.
+MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
 ATTENTION_DIR = "attention"
 # The budget options: a recipe's budget applies as a whole unless one of them is given.
@@ -171,6 +175,8 @@ class TrainOptions:
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
     `license`: the Hub license id of the model card; None: the training data's own terms (Multi30k's), else none.
+    `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
+    private; the token and the connection are checked before training.
     `decoder_start_embedding`: "zero" keeps the decoder start token's embedding row at zero (so `to-marian` exports
     run in CTranslate2, see start_embedding.py); "train" trains it. A model initialised from a folder whose row is
     not zero (fine-tuning) has it zeroed at the start under "zero" (the model changes slightly, training adapts it)
@@ -217,6 +223,8 @@ class TrainOptions:
     command: str | None = None
     license: str | None = None
     decoder_start_embedding: str = "zero"
+    push_to_hub: str | None = None
+    private: bool = False
 
     @classmethod
     def from_recipe(cls, recipe: Recipe = DEFAULT_RECIPE, **options: Any) -> TrainOptions:
@@ -245,14 +253,18 @@ class TrainOptions:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What `train` wrote: the model folder and its results.json contents (`summary`)."""
+    """What `train` wrote: the run folder (`output_dir`), its model folder and results.json contents (`summary`)."""
 
     output_dir: Path
     summary: dict[str, Any]
 
     @property
+    def model_dir(self) -> Path:
+        return self.output_dir / MODEL_DIR
+
+    @property
     def results_file(self) -> Path:
-        return self.output_dir / RESULTS_FILE
+        return self.model_dir / RESULTS_FILE
 
 
 def _load_training_data(options: TrainOptions) -> tuple[Dataset, Dataset | None, str]:
@@ -431,19 +443,16 @@ def _print_examples(pairs: Dataset, hypotheses: list[str], count: int) -> None:
         print(flush=True)
 
 
-def _write_model_card(
+def _card_inputs(
     output_dir: Path, summary: dict, options: TrainOptions, data_name: str, example_text: str | None
-) -> None:
-    try:
-        from model_card import write_model_card
-    except ImportError as error:  # the card is a by-product: a missing extra must not cost the trained model
-        print(f"Model card not written ({error}); install the package with its model_card module.", flush=True)
-        return
-
-    results = dict(summary["test"], dataset=data_name)
+) -> dict[str, Any]:
+    """The model card's inputs besides config.json and the test results (`write_model_card`'s keyword arguments,
+    with `test_set` describing the test results), as JSON for results.json: `push` renders the card from them
+    again with the repository's id."""
+    test_set: dict[str, Any] = {"dataset": data_name}
     multi30k = data_name == "multi30k"
     if multi30k:
-        results.update(
+        test_set.update(
             dataset_name="Multi30k", dataset_config=f"{options.src_lang}-{options.tgt_lang}", split="test_2016"
         )
     notes = []
@@ -476,20 +485,31 @@ def _write_model_card(
         "Epochs": round(summary["epochs"], 2),
         "Checkpoints averaged (§6.1)": ", ".join(summary["averaged_checkpoints"]),
     }
-    write_model_card(
-        output_dir,
-        results=results,
-        languages=[options.src_lang, options.tgt_lang],
+    return {
+        "test_set": test_set,
+        # The run folder's name: the model folder is always "model".
+        "model_name": output_dir.resolve().name,
+        "languages": [options.src_lang, options.tgt_lang],
         # Multi30k has a Hub id; other data (files, a datasets folder) is described, not listed as a Hub id.
-        datasets=["multi30k"] if multi30k else [],
-        command=summary["command"],
-        extra="\n\n".join(notes) or None,
-        license=options.license,
-        example_text=None if multi30k else example_text,
-        training=training,
-        data_note=None if multi30k else f"`{data_name}`: the user's own parallel data, not on the Hub.",
-        out_of_domain=summary.get("out_of_domain"),
-    )
+        "datasets": ["multi30k"] if multi30k else [],
+        "command": summary["command"],
+        "extra": "\n\n".join(notes) or None,
+        "license": options.license,
+        "example_text": None if multi30k else example_text,
+        "training": training,
+        "data_note": None if multi30k else f"`{data_name}`: the user's own parallel data, not on the Hub.",
+    }
+
+
+def _write_model_card(model_dir: Path, summary: dict, repo_id: str | None) -> None:
+    """README.md from the summary's card inputs; `repo_id` (--push-to-hub): the examples load that repository, so
+    that the folder's card is the one uploaded."""
+    try:
+        from model_card import card_from_results
+    except ImportError as error:  # the card is a by-product: a missing extra must not cost the trained model
+        print(f"Model card not written ({error}); install the package with its model_card module.", flush=True)
+        return
+    card_from_results(model_dir, summary, repo_id=repo_id).save(model_dir / "README.md")
 
 
 def train(options: TrainOptions) -> TrainResult | None:
@@ -536,6 +556,8 @@ def train(options: TrainOptions) -> TrainResult | None:
                 "--curve-every. Pass --curve-every too, or drop --compare-curve."
             )
         load_comparison_curves(options.compare_curve)
+    if options.push_to_hub is not None and int(os.environ.get("RANK", "0")) == 0:
+        hub_token("--push-to-hub")  # now, not after hours of training
     lr = options.learning_rate()
     bf16, precision = resolve_bf16(options.bf16, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"Precision: {precision}", flush=True)
@@ -571,6 +593,11 @@ def train(options: TrainOptions) -> TrainResult | None:
     checkpoint_dir, resume_from = _check_output_dir(options)
     train_pairs, test_pairs, data_name = _load_training_data(options)
     _check_training_pairs(train_pairs, data_name, options)
+    if options.push_to_hub is not None and (test_pairs is None or not options.evaluate):
+        raise WorkflowError(
+            f"`--push-to-hub {options.push_to_hub}` uploads the model with its card, which the test-set evaluation "
+            "writes; drop --no-eval (and give a test set, --test-src/--test-tgt, where the data has none)."
+        )
 
     print(f"Training pairs: {len(train_pairs):,} ({data_name}, {options.src_lang} -> {options.tgt_lang})", flush=True)
     if options.tokenizer is not None:
@@ -624,6 +651,12 @@ def train(options: TrainOptions) -> TrainResult | None:
             )
         finished = options.max_steps == steps
 
+    if main_process and (output_dir / "config.json").is_file():  # a run folder of the layout before RUN/model
+        print(
+            f"{output_dir} holds a model at its top level (a run of an older version); this run writes its model to "
+            f"{output_dir / MODEL_DIR}, and the top-level model files can be deleted.",
+            flush=True,
+        )
     # Every option is checked: from here on the folder changes, by one run at a time.
     output_dir = writable_folder(output_dir, "--output-dir")
     with exclusive_run(output_dir) if main_process else contextlib.nullcontext():
@@ -674,6 +707,7 @@ def _train_checked(
 
     output_dir = Path(options.output_dir)
     checkpoint_dir = output_dir / CHECKPOINTS
+    model_dir = output_dir / MODEL_DIR
     lr = options.learning_rate()
     torch.manual_seed(options.seed)
     model = VanillaTransformerForConditionalGeneration(config)
@@ -707,9 +741,9 @@ def _train_checked(
     step = trainer.state.global_step
     available = len(list(checkpoint_dir.glob("checkpoint-*")))
     to_average = last_checkpoints(checkpoint_dir, min(options.average_last, available))
-    write_averaged_model(to_average, output_dir)
+    write_averaged_model(to_average, model_dir)
     print(
-        f"Trained {step} updates ({trainer.state.epoch:.2f} epochs); model folder {output_dir} = average of "
+        f"Trained {step} updates ({trainer.state.epoch:.2f} epochs); model folder {model_dir} = average of "
         f"{', '.join(path.name for path in to_average)}",
         flush=True,
     )
@@ -726,19 +760,19 @@ def _train_checked(
     }
     if test_pairs is not None and options.evaluate:
         sources, references = list(test_pairs["source"]), list(test_pairs["target"])
-        summary["test"] = _evaluate_folder(output_dir, sources, references, options)
+        summary["test"] = _evaluate_folder(model_dir, sources, references, options)
         _print_examples(test_pairs, summary["test"]["hypotheses"], options.examples)
         # For the model card's limitations: a sentence outside the training domain, translated by the model.
         from .evaluation import out_of_domain_translation
 
         summary["out_of_domain"] = out_of_domain_translation(
-            load_model(output_dir), load_tokenizer(output_dir), options.src_lang
+            load_model(model_dir), load_tokenizer(model_dir), options.src_lang
         )
         if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
             print(f"Last checkpoint alone ({to_average[-1].name}):", flush=True)
             summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)
         # Attention maps of the first test sentence, shown by the model card.
-        plot_attention_maps(AttentionOptions(output_dir, sources[0], out=output_dir / ATTENTION_DIR))
+        plot_attention_maps(AttentionOptions(model_dir, sources[0], out=model_dir / ATTENTION_DIR))
         if options.curve_every is not None and data_name == "multi30k":
             curve = learning_curve(
                 CurveOptions(
@@ -751,10 +785,21 @@ def _train_checked(
                 )
             )
             summary["learning_curve"] = curve.png.name
-        _write_model_card(output_dir, summary, options, data_name, example_text=sources[0])
+        # What the card is made of, kept so that `push` renders it again with the repository's id.
+        summary["card"] = _card_inputs(output_dir, summary, options, data_name, example_text=sources[0])
+        _write_model_card(model_dir, summary, options.push_to_hub)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     result = TrainResult(output_dir, summary)
     result.results_file.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if options.push_to_hub is not None:
+        try:
+            pushed = push(PushOptions(model_dir, options.push_to_hub, private=options.private))
+        except WorkflowError as error:  # the model is saved: say how to upload it once the problem is solved
+            raise WorkflowError(
+                f"{error} The model folder {model_dir} is written; upload it with `hf-vanilla-transformer push "
+                f"{model_dir} {options.push_to_hub}`."
+            ) from None
+        print(f"Pushed {len(pushed.files)} files of {model_dir} to {pushed.url}", flush=True)
     return result
 
 
@@ -896,16 +941,126 @@ def average(options: AverageOptions) -> AverageResult:
     return AverageResult(paths, output)
 
 
+# ---------------------------------------------------------------------------------------------------- push
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """Upload the model folder `model_dir` (RUN/model of `train`, or a converted folder) to the Hub repository
+    `repo_id`, created (`private` if asked) when missing; `revision`: a branch, created when missing; `force`:
+    replace a repository that holds other files (they are deleted in the same commit)."""
+
+    model_dir: str | os.PathLike
+    repo_id: str
+    private: bool = False
+    revision: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class PushResult:
+    files: list[str]
+    url: str
+
+
+def hub_token(option: str) -> str:
+    """The Hugging Face token huggingface_hub would use (HF_TOKEN, `hf auth login`'s file), after checking that
+    the machine is not set offline; `option` names the command in the errors."""
+    from huggingface_hub import constants, get_token
+
+    if constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise WorkflowError(
+            f"`{option}`: this machine is set offline (HF_HUB_OFFLINE=1), so nothing can be uploaded. Unset "
+            "HF_HUB_OFFLINE (and TRANSFORMERS_OFFLINE) on a machine with a connection."
+        )
+    token = get_token()
+    if not token:
+        raise WorkflowError(
+            f"`{option}`: no Hugging Face token found. Run `hf auth login`, or set HF_TOKEN to a token with write "
+            "access."
+        )
+    return token
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions of a Hub request that got no answer: the transport errors of the HTTP library huggingface_hub
+    uses (httpx2 in huggingface_hub 2, httpx in 1) and ConnectionError (not every OSError: a local file that
+    cannot be read is no connection problem)."""
+    import importlib
+
+    errors: list[type[BaseException]] = [ConnectionError]
+    for name in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError):
+            errors.append(importlib.import_module(name).TransportError)
+    return tuple(errors)
+
+
+def push(options: PushOptions) -> PushResult:
+    """Upload exactly the model's files (model_card.hub_files: weights, configs, every tokenizer file, the code
+    files, the card, the figures, results.json) in one commit; the card of a `train` folder is rendered again
+    with `repo_id` first (from results.json and config.json), so its examples load the repository."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from model_card import RepositoryNotEmptyError, card_from_results, hub_files, push_folder_to_hub
+
+    folder = Path(options.model_dir)
+    if not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():
+        raise WorkflowError(
+            f"`model_dir` {folder} is a run folder of `train`; pass its model folder, {folder / MODEL_DIR}."
+        )
+    model_dir = model_folder(folder, None, tokenizer=False)
+    try:
+        files = hub_files(model_dir)
+    except ValueError as error:
+        raise WorkflowError(f"`model_dir` {model_dir}: {error}") from None
+    token = hub_token("push")
+    try:
+        card = card_from_results(model_dir, repo_id=options.repo_id)
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not the results `train` writes
+        raise WorkflowError(
+            f"{model_dir / RESULTS_FILE} is damaged ({type(error).__name__}: {error}); the card is rendered from it. "
+            "Restore it from the run, or delete it to upload the folder's README.md as it is."
+        ) from None
+    try:
+        commit = push_folder_to_hub(
+            model_dir,
+            options.repo_id,
+            private=options.private,
+            token=token,
+            revision=options.revision,
+            card=card,
+            replace=options.force,
+        )
+    except RepositoryNotEmptyError as error:
+        shown = ", ".join(error.others[:5]) + (f" and {len(error.others) - 5} more" if len(error.others) > 5 else "")
+        raise WorkflowError(
+            f"Hub repository {options.repo_id} already holds files that are not this model's ({shown}); uploading "
+            "would mix two models. Pass --force to replace its content (those files are deleted in the same "
+            "commit), or choose another REPO_ID."
+        ) from None
+    except _connection_errors() as error:  # connection refused, DNS failure, timeout: no answer from the Hub
+        from huggingface_hub import constants
+
+        raise WorkflowError(
+            f"cannot reach the Hub at {constants.ENDPOINT} ({type(error).__name__}: {error}); this machine looks "
+            "offline. Push from a machine with a connection (or check HF_ENDPOINT and proxies)."
+        ) from None
+    except HfHubHTTPError as error:  # the Hub answered with an error: a rejected token, a name taken by another user
+        first_line = str(error).splitlines()[0]
+        raise WorkflowError(f"the Hub refused the upload to {options.repo_id}: {first_line}") from None
+    return PushResult(files, commit.commit_url)
+
+
 # ---------------------------------------------------------------------------------------------------- curve
 
 
 @dataclass(frozen=True)
 class CurveOptions:
-    """Score the snapshots of a `train` run with `curve_every` (MODEL_DIR/curve) on Multi30k validation (languages:
-    the options', else the run's, else en-de; the first `limit` sentences if given) and plot them, beside the
-    curves of the `compare_curve` file if given."""
+    """Score the snapshots of a `train` run with `curve_every` (RUN/curve, `run_dir` is the run's --output-dir) on
+    Multi30k validation (languages: the options', else the run's, else en-de; the first `limit` sentences if given)
+    and plot them, beside the curves of the `compare_curve` file if given."""
 
-    model_dir: str | os.PathLike
+    run_dir: str | os.PathLike
     src_lang: str | None = None
     tgt_lang: str | None = None
     batch_size: int = 64
@@ -922,26 +1077,31 @@ class CurveResult:
 
 
 def learning_curve(options: CurveOptions) -> CurveResult:
-    """Validation BLEU (greedy) of the run's snapshots into MODEL_DIR/learning_curve.json and learning_curve.png."""
+    """Validation BLEU (greedy) of the run's snapshots into RUN/learning_curve.json, and learning_curve.png into the
+    model folder RUN/model (the card shows it). A run folder of the layout before RUN/model (the model at RUN's
+    top level) gets both at its top level."""
     from .data import load_multi30k
     from .learning_curve import CURVE_JSON, CURVE_PNG, write_learning_curve
 
-    model_dir = model_folder(options.model_dir, None)  # a run of `train`: this package's model
+    run_dir = Path(options.run_dir)
+    model_dir = run_dir / MODEL_DIR if (run_dir / MODEL_DIR).is_dir() else run_dir
+    model_dir = model_folder(model_dir, None, name="`run_dir`")  # a run of `train`: this package's model
     src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
     pairs = load_multi30k(src_lang, tgt_lang, splits=("validation",))["validation"]
     if options.limit is not None:
         pairs = pairs.select(range(min(options.limit, len(pairs))))
     print("Learning curve: validation BLEU (greedy) of each snapshot", flush=True)
     points = write_learning_curve(
-        model_dir,
+        run_dir,
         load_tokenizer(model_dir),
         list(pairs["source"]),
         list(pairs["target"]),
         batch_size=options.batch_size,
         progress=options.progress,
         compare=options.compare_curve,
+        png=model_dir / CURVE_PNG,
     )
-    return CurveResult(points, model_dir / CURVE_JSON, model_dir / CURVE_PNG)
+    return CurveResult(points, run_dir / CURVE_JSON, model_dir / CURVE_PNG)
 
 
 # ---------------------------------------------------------------------------------------------------- attention
@@ -992,6 +1152,8 @@ __all__ = [
     "CurveOptions",
     "CurveResult",
     "EvaluateOptions",
+    "PushOptions",
+    "PushResult",
     "TrainOptions",
     "TrainResult",
     "TranslateOptions",
@@ -1004,6 +1166,7 @@ __all__ = [
     "load_tokenizer",
     "model_folder",
     "plot_attention_maps",
+    "push",
     "train",
     "trained_languages",
     "translate",

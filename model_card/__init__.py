@@ -4,6 +4,8 @@ folder (`push_folder_to_hub`)."""
 
 from .generate import (
     HUB_FILES,
+    RepositoryNotEmptyError,
+    card_from_results,
     code_files,
     hub_files,
     push_folder_to_hub,
@@ -15,6 +17,8 @@ from .generate import (
 
 __all__ = [
     "HUB_FILES",
+    "RepositoryNotEmptyError",
+    "card_from_results",
     "code_files",
     "hub_files",
     "push_folder_to_hub",

@@ -19,7 +19,15 @@ from typing import Any
 
 import jinja2
 import torch
-from huggingface_hub import CommitInfo, CommitOperationAdd, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import (
+    CommitInfo,
+    CommitOperationAdd,
+    CommitOperationDelete,
+    EvalResult,
+    HfApi,
+    ModelCard,
+    ModelCardData,
+)
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -147,6 +155,8 @@ HUB_FILES = (
     *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
     "attention/*.png",
     "learning_curve.png",
+    # The scores and test translations of `train` (the card's model-index comes from them).
+    "results.json",
 )
 
 
@@ -545,6 +555,38 @@ def write_model_card(
     return path
 
 
+def card_from_results(
+    model_dir: str | Path, summary: Mapping[str, Any] | None = None, repo_id: str | None = None
+) -> ModelCard | None:
+    """The card of a model folder written by `train`, rendered from what the folder holds: config.json,
+    generation_config.json, attention/*.png and results.json (or `summary`, its contents), whose "card" entry keeps
+    the card's other inputs (`write_model_card`'s keyword arguments, "test_set" describing "test"). With `repo_id`
+    the usage examples load that Hub repository. None where results.json holds no card inputs (a converted
+    folder, a run without evaluation or from an older version): its README.md is the card as it is."""
+    model_dir = Path(model_dir)
+    if summary is None:
+        path = model_dir / "results.json"
+        if not path.is_file():
+            return None
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(summary, Mapping) or not summary.get("card") or "test" not in summary:
+        return None
+    inputs = dict(summary["card"])
+    results = dict(summary["test"], **inputs.pop("test_set"))
+    return render_model_card(
+        model_dir, results=results, repo_id=repo_id, out_of_domain=summary.get("out_of_domain"), **inputs
+    )
+
+
+class RepositoryNotEmptyError(ValueError):
+    """The repository holds files that are not the model's (`others`); `push_folder_to_hub(..., replace=True)`
+    deletes them in the upload's commit."""
+
+    def __init__(self, repo_id: str, others: Sequence[str]) -> None:
+        self.repo_id, self.others = repo_id, list(others)
+        super().__init__(f"{repo_id} holds files that are not this model's: {', '.join(self.others)}")
+
+
 def code_files(output_dir: str | Path) -> list[str]:
     """The model's code files in the folder, as transformers copies them for remote code: the modules that
     config.json's `auto_map` and `custom_pipelines` name, and the modules they import relatively, transitively
@@ -606,19 +648,37 @@ def push_folder_to_hub(
     revision: str | None = None,
     create_pr: bool = False,
     patterns: Sequence[str] = HUB_FILES,
+    card: ModelCard | None = None,
+    replace: bool = False,
 ) -> CommitInfo:
     """Create `repo_id` if needed and upload the folder's `hub_files` in one commit (weights, config with auto_map
     and custom_pipelines, generation config, tokenizer, code files, README.md card, attention maps).
 
     Unlike `model.push_to_hub`, which writes a generic README.md when the repository has none, the folder's own
-    card is uploaded.
+    card is uploaded, or `card` in its place (`card_from_results` with the repository's id). `revision`: a branch,
+    created from main when missing. A repository (at `revision`) that holds files other than the model's raises
+    `RepositoryNotEmptyError` before anything is uploaded, so that two models never mix in one repository; with
+    `replace` those files are deleted in the upload's commit. Files of the model's names are simply updated.
     """
     files = hub_files(output_dir, patterns)
     api = HfApi(token=token)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    operations = [
-        CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(Path(output_dir) / name)) for name in files
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    # .gitattributes: the Hub writes it into every new repository (the LFS rules).
+    others = sorted(set(api.list_repo_files(repo_id, revision=revision)) - {*files, ".gitattributes"})
+    if others and not replace:
+        raise RepositoryNotEmptyError(repo_id, others)
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(
+            path_in_repo=name,
+            path_or_fileobj=str(card).encode()
+            if name == "README.md" and card is not None
+            else str(Path(output_dir) / name),
+        )
+        for name in files
     ]
+    operations += [CommitOperationDelete(path_in_repo=name) for name in others]
     return api.create_commit(
         repo_id=repo_id, operations=operations, commit_message=commit_message, revision=revision, create_pr=create_pr
     )
@@ -627,8 +687,10 @@ def push_folder_to_hub(
 __all__ = [
     "HUB_FILES",
     "MULTI30K",
+    "RepositoryNotEmptyError",
     "TrainingData",
     "architecture_rows",
+    "card_from_results",
     "code_files",
     "count_parameters",
     "decoding_rows",

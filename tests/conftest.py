@@ -64,3 +64,28 @@ def tiny_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
     )
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """A local fake Hub (tests/fake_hub.py) that huggingface_hub and transformers talk to in this process:
+    its URL as the endpoint, a token in HF_TOKEN, an empty download cache, not offline. Yields (URL, state)."""
+    from huggingface_hub import constants, hf_api
+    from transformers.utils import hub as transformers_hub
+
+    from .fake_hub import fake_hub
+
+    with fake_hub() as (url, state):
+        # huggingface_hub reads HF_ENDPOINT at import: the constants, and the module-level HfApi that
+        # huggingface_hub.create_repo & co. (transformers' push_to_hub) are bound to.
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(hf_api.api, "endpoint", url)
+        # transformers keeps one HfApi of its own, made on first use: made again, it takes the fake's URL.
+        monkeypatch.setattr(transformers_hub, "_hf_api", None)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hub-cache")))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_TOKEN", "fake-token")
+        yield url, state

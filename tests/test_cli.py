@@ -13,6 +13,7 @@ from transformers import pipeline
 
 from hf_vanilla_transformer.cli import build_parser, main
 from hf_vanilla_transformer.data import MULTI30K_DIR
+from model_card import hub_files
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -27,13 +28,14 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ([], ["train", "evaluate", "translate", "average", "attention", "curve"]),
-        (["train"], ["--max-time", "--preset", "--src-lang", "--resume", "--average-last", "--bf16", "eq. (3)"]),
+        ([], ["train", "evaluate", "translate", "average", "push", "attention", "curve"]),
+        (["train"], ["--max-time", "--preset", "--resume", "--average-last", "--bf16", "eq. (3)", "--push-to-hub"]),
         (["evaluate"], ["model_dir", "--split", "--src", "--ref"]),
         (["translate"], ["model_dir", "stdin", "--num-beams"]),
         (["average"], ["checkpoints", "--last", "--output"]),
         (["attention"], ["model_dir", "sentence"]),
-        (["curve"], ["model_dir", "--limit", "learning_curve.png"]),
+        (["curve"], ["run_dir", "--limit", "learning_curve.png"]),
+        (["push"], ["model_dir", "repo_id", "--private", "--revision", "--force", "hf auth login"]),
     ],
 )
 def test_help(command, expected, capsys) -> None:
@@ -120,14 +122,15 @@ def trained(corpus, tmp_path_factory):
 
 
 def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -> None:
-    config = json.loads((trained / "config.json").read_text())
+    model = trained / "model"
+    config = json.loads((model / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_vanilla_transformer.")
     assert (config["d_model"], config["encoder_layers"], config["dropout"], config["vocab_size"]) == (256, 3, 0.3, 400)
-    generation = json.loads((trained / "generation_config.json").read_text())
+    generation = json.loads((model / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"]) == (4, 0.6)
     for name in ("model.safetensors", "tokenizer.json", "modeling_vanilla_transformer.py"):
-        assert (trained / name).is_file()
-    results = json.loads((trained / "results.json").read_text())
+        assert (model / name).is_file()
+    results = json.loads((model / "results.json").read_text())
     assert results["updates"] == 4 and results["languages"] == ["en", "de"]
     assert results["test"]["n"] == 4 and len(results["test"]["hypotheses"]) == 4
     assert 0.0 <= results["test"]["bleu"] <= 100.0
@@ -135,9 +138,9 @@ def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -
     assert results["train"]["train_tgt_tokens_per_second"] > 0
     # Averaged vs last checkpoint, both scored with the same decoding and named in the model card.
     assert results["test_last_checkpoint"]["n"] == 4
-    card = (trained / "README.md").read_text()
+    card = (model / "README.md").read_text()
     assert "last checkpoint alone scores BLEU" in card and "attention/cross_attention.png" in card
-    assert (trained / "attention" / "cross_attention.png").is_file()
+    assert (model / "attention" / "cross_attention.png").is_file()
     # The card's metadata: --license as given; the user's files are no Hub dataset, so none is listed; the widget
     # is the first test source (the data's own domain); the out-of-domain translation is recorded and shown.
     data = ModelCard(card).data
@@ -146,18 +149,28 @@ def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -
     assert results["out_of_domain"]["source"].startswith("The Transformer is based solely on attention")
     assert f'output: "{results["out_of_domain"]["translation"]}"' in card
     assert "| Updates | 4 |" in card and "the user's own parallel data" in card
-    translator = pipeline("translation", model=str(trained))
+    translator = pipeline("translation", model=str(model))
     output = translator(["A man is riding a bike."], max_new_tokens=5)
     assert isinstance(output[0]["translation_text"], str)
 
 
+def test_the_model_folder_holds_exactly_the_hub_files(trained) -> None:
+    """The model folder is what its Hub repository holds, nothing else; the run's other files stay beside it."""
+    model = trained / "model"
+    held = sorted(path.relative_to(model).as_posix() for path in model.rglob("*") if path.is_file())
+    assert held == hub_files(model)
+    assert {"results.json", "README.md", "attention/cross_attention.png", "tokenizer.json"} <= set(held)
+    run_level = {path.name for path in trained.iterdir()}
+    assert {"checkpoints", "curve", "run_settings.json", "model"} <= run_level and "config.json" not in run_level
+
+
 def test_evaluate_translate_and_average_on_the_trained_folder(trained, corpus, capsys, tmp_path) -> None:
-    argv = ["evaluate", str(trained), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.de")]
+    argv = ["evaluate", str(trained / "model"), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.de")]
     code, out, _ = run([*argv, "--num-beams", "1", "--output", str(tmp_path / "scores.json"), "--no-progress"], capsys)
     assert code == 0 and out.startswith("BLEU ") and "nrefs:1|case:mixed" in out
     assert json.loads((tmp_path / "scores.json").read_text())["n"] == 4
 
-    code, out, _ = run(["translate", str(trained), "A dog.", "Two men.", "--num-beams", "1"], capsys)
+    code, out, _ = run(["translate", str(trained / "model"), "A dog.", "Two men.", "--num-beams", "1"], capsys)
     assert code == 0 and len(out.splitlines()) == 2
 
     checkpoints = trained / "checkpoints"
@@ -177,7 +190,7 @@ def test_learning_curve_snapshots_and_plot(trained, capsys, tmp_path) -> None:
     points = json.loads((trained / "learning_curve.json").read_text())
     assert [p["step"] for p in points] == sorted(info["step"] for info in infos)
     assert all(0.0 <= p["bleu"] <= 100.0 and p["decoding"]["num_beams"] == 1 for p in points)
-    assert (trained / "learning_curve.png").stat().st_size > 10_000
+    assert (trained / "model" / "learning_curve.png").stat().st_size > 10_000
     # A comparison curve only from a file passed: here the run's own curve, copied.
     compare = tmp_path / "earlier-run" / "learning_curve.json"
     compare.parent.mkdir()
@@ -206,7 +219,7 @@ def test_rerun_needs_resume_and_resume_continues(trained, corpus, capsys) -> Non
     assert code == 2 and "already holds checkpoints of an earlier run" in err and "--resume" in err
     code, out, _ = run([*base, "--max-steps", "6", "--resume", "--no-eval", "--average-last", "1"], capsys)
     assert code == 0 and "Trained 6 updates" in out
-    assert json.loads((trained / "results.json").read_text())["updates"] == 6
+    assert json.loads((trained / "model" / "results.json").read_text())["updates"] == 6
 
 
 class _StopTrainingError(Exception):

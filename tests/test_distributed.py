@@ -95,12 +95,12 @@ def test_one_process_writes_checkpoints_results_and_evaluates(runs) -> None:
     assert any(path.endswith("/rng_state_1.pth") for path in rank1)  # the trace does see rank 1's writes
     rank0 = written(trace, 0)
     assert not set(rank0) & set(rank1)
-    assert rank0.count(str(output / "results.json")) == 1
+    assert rank0.count(str(output / "model" / "results.json")) == 1
     assert any(path.endswith(f"checkpoint-{MAX_STEPS}/model.safetensors") for path in rank0)
     assert runs["stdout"].count(f"Trained {MAX_STEPS} updates") == 1
     scores = [line for line in runs["stdout"].splitlines() if line.startswith("BLEU ")]
     assert len(scores) == 2, scores  # the averaged model and the last checkpoint alone
-    results = json.loads((output / "results.json").read_text())
+    results = json.loads((output / "model" / "results.json").read_text())
     assert results["updates"] == MAX_STEPS and results["test"]["n"] == 3
 
 

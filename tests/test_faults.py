@@ -81,7 +81,7 @@ def assert_same_end(resumed: Path, reference: Path, resumed_from: int) -> None:
     """Weights (last checkpoint and the averaged model folder), Adam's state and the later losses are bit-identical."""
     last = f"checkpoints/checkpoint-{MAX_STEPS}"
     assert_bit_identical(weights(resumed / last), weights(reference / last), "last checkpoint")
-    assert_bit_identical(weights(resumed), weights(reference), "averaged model folder")
+    assert_bit_identical(weights(resumed / "model"), weights(reference / "model"), "averaged model folder")
     assert_bit_identical(optimizer_tensors(resumed / last), optimizer_tensors(reference / last), "Adam state")
     resumed_losses, reference_losses = losses(resumed / last), losses(reference / last)
     assert [resumed_losses[step] for step in range(resumed_from + 1, MAX_STEPS + 1)] == [
@@ -285,6 +285,19 @@ def test_a_refused_option_changes_nothing_on_disk(
     assert not (tmp_path / "new").exists()
 
 
+def test_resume_of_a_run_folder_of_the_older_layout(earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
+    """A run folder from before RUN/model (the model at its top level, beside checkpoints/) resumes: the new model
+    goes to RUN/model, and one line says that the old top-level model files can be deleted."""
+    output = shutil.copytree(earlier_run, tmp_path / "old-layout")
+    for entry in (output / "model").iterdir():
+        entry.rename(output / entry.name)
+    (output / "model").rmdir()
+    code, out, err = cli(bpe_args(corpus, output, 2, "--resume"), capsys, monkeypatch)
+    assert code == 0, err
+    assert f"{output} holds a model at its top level (a run of an older version); this run writes its model to " in out
+    assert json.loads((output / "model" / "results.json").read_text())["updates"] == 2
+
+
 def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path) -> None:
     """Two `train` processes on one --output-dir both exited 0 with their checkpoints mixed (issue 26, item 3).
     While a run holds the folder (paused after update 1, checkpoint-1 written), a second run exits 2 naming the
@@ -357,7 +370,7 @@ def test_resume_honours_max_steps(earlier_run, corpus, tmp_path, capsys, monkeyp
     assert (output / "run_settings.json").read_bytes() == (earlier_run / "run_settings.json").read_bytes()
     assert checkpoint_steps(output) == [2]
     assert (output / "checkpoints" / "checkpoint-2" / "model.safetensors").read_bytes() == checkpoint
-    assert json.loads((output / "results.json").read_text())["updates"] == 2
+    assert json.loads((output / "model" / "results.json").read_text())["updates"] == 2
 
 
 def test_only_real_missing_keys_are_reported_on_resume(tmp_path, monkeypatch) -> None:

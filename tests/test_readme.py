@@ -9,7 +9,7 @@ How each command is checked:
 - `hf-vanilla-transformer ...` runs as written through the console script's `main`, in a scratch folder that stands
   in for the clone; `train` gets a tiny budget on top of the README's options (2 updates on 300 Multi30k pairs, a
   400-token BPE, a test set of test_2016's first sentence), so that the commands and the Python that follow it run
-  as written against a real trained folder at `outputs/multi30k-en-de`.
+  as written against a real trained run folder at `outputs/multi30k-en-de` (its model in `model/`).
 - `make train` runs the Makefile's own `train` recipe (its `hf-vanilla-transformer` command plus `ARGS`) the same way.
 - The clone, the virtual environment, the `pip install` lines, `make setup` and `make test` are checked against
   pyproject.toml and the Makefile instead of run: they need a network, would rebuild the environment this test runs

@@ -105,10 +105,10 @@ def test_train_translate_evaluate_and_average_from_python(tmp_path, monkeypatch)
     assert result.summary["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-3"]
     assert json.loads(result.results_file.read_text())["command"] is None  # not started from the command line
 
-    translations = workflows.translate(TranslateOptions(result.output_dir, ["w5 w6", "w7"], num_beams=1))
+    translations = workflows.translate(TranslateOptions(result.model_dir, ["w5 w6", "w7"], num_beams=1))
     assert len(translations) == 2 and all(isinstance(text, str) for text in translations)
     scores = workflows.evaluate(
-        EvaluateOptions(result.output_dir, src=corpus / "test.src", ref=corpus / "test.tgt", num_beams=1)
+        EvaluateOptions(result.model_dir, src=corpus / "test.src", ref=corpus / "test.tgt", num_beams=1)
     )
     assert scores["n"] == 3 and 0.0 <= scores["bleu"] <= 100.0
     averaged = workflows.average(AverageOptions([result.output_dir / "checkpoints"], tmp_path / "avg", last=2))

@@ -28,6 +28,7 @@ from transformers import (
 from conversion import marian
 from conversion.__main__ import main
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_inference
+from hf_vanilla_transformer.cli import main as main_cli
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 
@@ -415,3 +416,20 @@ def test_ctranslate2_reads_an_imported_opus_model_exported_back(opus_folder: Pat
     source_tokens = [tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids) for text in TEXT]
     results = translator.translate_batch(source_tokens, beam_size=1, max_decoding_length=12)
     assert [result.hypotheses[0] for result in results] == greedy_tokens(ours, tokenizer, TEXT)
+
+
+def test_imported_opus_folder_pushes_every_tokenizer_file(
+    opus_folder: Path, tmp_path: Path, hub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`push` of a folder imported from OPUS-MT (fake Hub, tests/fake_hub.py): every file of the folder is uploaded,
+    the SentencePiece models and vocabulary included, and the tokenizer loaded from the repository tokenizes as
+    the source's."""
+    _, state = hub
+    output = tmp_path / "imported"
+    marian.convert(import_args(opus_folder, output))
+    assert main_cli(["push", str(output), "me/opus-imported"]) == 0, capsys.readouterr().err
+    ((_, _, added, _),) = state.commits
+    assert set(added) == {path.relative_to(output).as_posix() for path in output.rglob("*") if path.is_file()}
+    assert {"source.spm", "target.spm", "vocab.json", "tokenizer_config.json"} <= set(added)
+    downloaded = AutoTokenizer.from_pretrained("me/opus-imported")
+    assert downloaded(TEXT).input_ids == AutoTokenizer.from_pretrained(opus_folder)(TEXT).input_ids
