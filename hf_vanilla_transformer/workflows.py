@@ -997,11 +997,12 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
 
 def push(options: PushOptions) -> PushResult:
     """Upload exactly the model's files (model_card.hub_files: weights, configs, every tokenizer file, the code
-    files, the card, the figures, results.json) in one commit; the card of a `train` folder is rendered again
-    with `repo_id` first (from results.json and config.json), so its examples load the repository."""
+    files, the card, the figures, results.json) in one commit; the card's examples are pointed at `repo_id` first
+    (a `train` folder's card rendered again from results.json and config.json, a converted folder's rewritten), so
+    they load the repository."""
     from huggingface_hub.errors import HfHubHTTPError
 
-    from model_card import RepositoryNotEmptyError, card_from_results, hub_files, push_folder_to_hub
+    from model_card import RepositoryNotEmptyError, card_for_repository, hub_files, push_folder_to_hub
 
     folder = Path(options.model_dir)
     if not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():
@@ -1015,7 +1016,7 @@ def push(options: PushOptions) -> PushResult:
         raise WorkflowError(f"`model_dir` {model_dir}: {error}") from None
     token = hub_token("push")
     try:
-        card = card_from_results(model_dir, repo_id=options.repo_id)
+        card = card_for_repository(model_dir, options.repo_id)
     except (ValueError, KeyError, TypeError) as error:  # not JSON, or not the results `train` writes
         raise WorkflowError(
             f"{model_dir / RESULTS_FILE} is damaged ({type(error).__name__}: {error}); the card is rendered from it. "

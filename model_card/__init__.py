@@ -5,6 +5,7 @@ folder (`push_folder_to_hub`)."""
 from .generate import (
     HUB_FILES,
     RepositoryNotEmptyError,
+    card_for_repository,
     card_from_results,
     code_files,
     hub_files,
@@ -18,6 +19,7 @@ from .generate import (
 __all__ = [
     "HUB_FILES",
     "RepositoryNotEmptyError",
+    "card_for_repository",
     "card_from_results",
     "code_files",
     "hub_files",

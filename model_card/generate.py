@@ -578,6 +578,21 @@ def card_from_results(
     )
 
 
+def card_for_repository(model_dir: str | Path, repo_id: str) -> ModelCard | None:
+    """The folder's card with its examples loading `repo_id`: rendered again from results.json where `train` wrote
+    the folder (`card_from_results`); otherwise (a converted folder) its README.md with every `from_pretrained(...)`
+    and `pipeline(..., model=...)` of its examples pointed at the repository instead of the local folder the converter
+    wrote. None where the folder has no README.md."""
+    card = card_from_results(model_dir, repo_id=repo_id)
+    if card is not None:
+        return card
+    path = Path(model_dir) / "README.md"
+    if not path.is_file():
+        return None
+    text = re.sub(r'from_pretrained\("[^"]*"', f'from_pretrained("{repo_id}"', path.read_text(encoding="utf-8"))
+    return ModelCard(re.sub(r'model="[^"]*"', f'model="{repo_id}"', text))
+
+
 class RepositoryNotEmptyError(ValueError):
     """The repository holds files that are not the model's (`others`); `push_folder_to_hub(..., replace=True)`
     deletes them in the upload's commit."""
@@ -690,6 +705,7 @@ __all__ = [
     "RepositoryNotEmptyError",
     "TrainingData",
     "architecture_rows",
+    "card_for_repository",
     "card_from_results",
     "code_files",
     "count_parameters",

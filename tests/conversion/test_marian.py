@@ -10,6 +10,7 @@ import argparse
 import copy
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -433,3 +434,8 @@ def test_imported_opus_folder_pushes_every_tokenizer_file(
     assert {"source.spm", "target.spm", "vocab.json", "tokenizer_config.json"} <= set(added)
     downloaded = AutoTokenizer.from_pretrained("me/opus-imported")
     assert downloaded(TEXT).input_ids == AutoTokenizer.from_pretrained(opus_folder)(TEXT).input_ids
+    # The uploaded card's examples load the repository, not the local folder the converter wrote.
+    card = state.files("me/opus-imported")["README.md"].decode()
+    loads = re.findall(r'from_pretrained\("([^"]*)"', card)
+    assert loads and set(loads) == {"me/opus-imported"}, loads
+    assert str(output) in (output / "README.md").read_text()
