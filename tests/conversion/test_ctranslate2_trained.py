@@ -33,7 +33,7 @@ def train_tiny(folder: Path, decoder_start_embedding: str, monkeypatch: pytest.M
     monkeypatch.setitem(PRESETS, "transformer-test", {**TEST_PRESET, "init_std": 0.2})
     corpus = write_corpus(folder / "corpus")
     options = TrainOptions(
-        output_dir=folder / "model",
+        output_dir=folder / "run",
         train_src=corpus / "train.src",
         train_tgt=corpus / "train.tgt",
         tokenizer=corpus / "tokenizer",
@@ -51,7 +51,7 @@ def train_tiny(folder: Path, decoder_start_embedding: str, monkeypatch: pytest.M
         bf16="no",
         decoder_start_embedding=decoder_start_embedding,
     )
-    return workflows.train(options).output_dir
+    return workflows.train(options).model_dir
 
 
 def sources(folder: Path) -> list[str]:
