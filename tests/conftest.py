@@ -1,11 +1,30 @@
 """Shared fixtures: tiny configs and models (CPU, seconds)."""
 
+import textwrap
+
 import pytest
 import torch
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 VOCAB = 61
+# The opening of a script run in a subprocess that must not import this package (what remote code is tested in):
+# any import of it fails, and the script stops if it could still be imported.
+WITHOUT_THE_PACKAGE = textwrap.dedent(
+    """
+    import sys
+    class BlockPackage:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_vanilla_transformer":
+                raise ImportError("blocked: " + name)
+    sys.meta_path.insert(0, BlockPackage())
+    try:
+        import hf_vanilla_transformer
+        raise SystemExit("the package is importable")
+    except ImportError:
+        pass
+    """
+)
 # The code files a saved model folder carries (remote code): the config and model modules, what they import
 # relatively, and the translation pipeline.
 CODE_FILES = frozenset(

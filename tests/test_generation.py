@@ -23,7 +23,7 @@ from hf_vanilla_transformer.generation_vanilla_transformer import (
     paper_generation_config,
 )
 
-from .conftest import random_batch, tiny_model, tiny_tokenizer
+from .conftest import WITHOUT_THE_PACKAGE, random_batch, tiny_model, tiny_tokenizer
 
 PAD, EOS = 1, 2
 
@@ -258,14 +258,9 @@ def test_bad_settings_name_value_and_fix(kwargs: dict, message: str) -> None:
         tiny_model().generate(input_ids=torch.tensor([[5, 6, 7]]), num_beams=2, **kwargs)
 
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
     """
     import json, sys
-    class BlockPackage:  # this process must not be able to import the package
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_vanilla_transformer":
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, BlockPackage())
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
     directory, sentences, out_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     model = AutoModelForSeq2SeqLM.from_pretrained(directory, trust_remote_code=True).eval()

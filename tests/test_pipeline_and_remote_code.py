@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import pipeline
 
-from .conftest import tiny_model, tiny_tokenizer
+from .conftest import WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
 
 SENTENCES = ["w5 w6 w7 w8", "w9 w10", "w11 w12 w13 w14 w15 w16"]
 
@@ -56,19 +56,9 @@ def test_pipeline_generation_parameters(saved_dir: Path) -> None:
     assert [item[0]["translation_text"] for item in several] == beams
 
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
     """
     import json, sys
-    class BlockPackage:  # this process must not be able to import the package
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_vanilla_transformer":
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, BlockPackage())
-    try:
-        import hf_vanilla_transformer
-        raise SystemExit("the package is importable")
-    except ImportError:
-        pass
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
     directory, sentences, out_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]

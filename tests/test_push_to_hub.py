@@ -23,7 +23,7 @@ from hf_vanilla_transformer.data import MULTI30K_DIR
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from model_card import push_folder_to_hub, write_model_card
 
-from .conftest import CODE_FILES, tiny_model, tiny_tokenizer
+from .conftest import CODE_FILES, WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
 
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "README.md"} | CODE_FILES
@@ -72,19 +72,9 @@ def check_config(content: bytes) -> None:
 
 # ------------------------------------------------------------------------------- train, push, load from the Hub
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
     """
     import json, sys
-    class BlockPackage:  # this process must not be able to import the package
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_vanilla_transformer":
-                raise ImportError("blocked: " + name)
-    sys.meta_path.insert(0, BlockPackage())
-    try:
-        import hf_vanilla_transformer
-        raise SystemExit("the package is importable")
-    except ImportError:
-        pass
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
     repo_id, sentences = sys.argv[1], json.loads(sys.argv[2])
     model = AutoModelForSeq2SeqLM.from_pretrained(repo_id, trust_remote_code=True).eval()
