@@ -1,4 +1,4 @@
-"""A trained model's own decoding of Multi30k val, with the packed CPU inference path (`inference_linear`) and
+"""A trained model's own decoding of Multi30k val, with the packed CPU inference path (cpu_inference.py) and
 without it (`plain_kernels`): seconds per pass and whether the hypotheses agree.
 
     .venv/bin/python -m bench.packed_decoding MODEL_DIR [--rounds 2] [--batch-size 64]

@@ -1,6 +1,6 @@
-"""The linear layers of a decode step: `F.linear` against the oneDNN-packed weights (`packed_linear`) that
-`inference_linear` uses for CPU inference (float32, and bf16 autocast where oneDNN has bf16 kernels) above a size,
-for the row counts decoding sees.
+"""The linear layers of a decode step: `F.linear` against the oneDNN-packed weights (`packed_linear`) that the
+model's linear layers use for CPU inference (cpu_inference.py: float32, and bf16 autocast where oneDNN has bf16
+kernels, above a size), for the row counts decoding sees.
 
     .venv/bin/python -m bench.packed_projection [--vocab 8000] [--d-model 256] [--d-ff 1024] [--rows 1 4 16 64 320]
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     shapes = [(args.d_model, args.d_model), (args.d_model, args.d_ff), (args.d_ff, args.d_model)]
     shapes.append((args.d_model, args.vocab))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"(*) inference_linear packs: bf16, and fp32 from {PACKED_LINEAR_MIN_MACS:,} multiply-adds")
+    print(f"(*) the packed path packs: bf16, and fp32 from {PACKED_LINEAR_MIN_MACS:,} multiply-adds")
     print("| dtype | in × out | rows | F.linear, µs | packed, µs | speed-up | max abs difference |")
     print("|---|---|---|---|---|---|---|")
     for dtype in args.dtypes:

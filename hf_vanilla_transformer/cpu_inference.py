@@ -2,12 +2,12 @@
 rounding (bf16: the rounding of autocast's linear).
 
 `use_packed_linears(model)` (called once, from the model's `post_init`) gives every plain `nn.Linear` of the model an
-instance forward that multiplies by a packed copy of its weight when that is allowed and pays (`inference_linear`'s
-rules) and runs `F.linear` otherwise, so that the model's code reads `self.q_proj(hidden_states)`. For the few rows of
-a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs (bench/packed_projection.py); the packed
-copy costs one more copy of the weights in memory (per dtype used). `plain_kernels` (or
-`torch.backends.mkldnn.flags(enabled=False)`) turns it off. This file imports only torch: it is copied next to the
-model code (remote code).
+instance forward that multiplies by a packed copy of its weight when that is allowed and pays (the rules of
+`inference_linear_dtype`) and runs `F.linear` otherwise, so that the model's code reads `self.q_proj(hidden_states)`.
+For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
+(bench/packed_projection.py); the packed copy costs one more copy of the weights in memory (per dtype used).
+`plain_kernels` (or `torch.backends.mkldnn.flags(enabled=False)`) turns it off. This file imports only torch: it is
+copied next to the model code (remote code).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def use_packed_linears(model: nn.Module) -> None:
 def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
     """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it. Hooks have already
     run (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
-    takes `F.linear`, as `inference_linear` would."""
+    takes `F.linear`."""
     # First: under torch.compile every check below is a graph break (`is_inference()` is one that cannot be traced),
     # and compiled code packs weights itself.
     if not torch.compiler.is_compiling() and calls_plain_forward(layer):
@@ -77,7 +77,7 @@ def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tenso
 
 
 def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `inference_linear` may multiply by a packed weight, or None where it must not: on the CPU,
+    """The dtype in which `packed_forward` may multiply by a packed weight, or None where it must not: on the CPU,
     no gradient wanted, not under torch.compile (which packs weights itself), torch.export or torch.jit.trace (their
     graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
     and weights) where oneDNN has bf16 kernels."""
@@ -122,14 +122,6 @@ def calls_plain_forward(module: nn.Module) -> bool:
     )
 
 
-def inference_linear(module: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`module(hidden_states)`; for CPU inference in bfloat16 (autocast or bf16 weights), or in float32 for products
-    of at least `PACKED_LINEAR_MIN_MACS` multiply-adds, `packed_linear`: the rules of the packed forward, for a layer
-    called directly (one `use_packed_linears` has not reached)."""
-    dtype = packable_dtype(module, hidden_states) if calls_plain_forward(module) else None
-    return module(hidden_states) if dtype is None else packed_linear(module, hidden_states, dtype)
-
-
 def packable_dtype(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.dtype | None:
     """`inference_linear_dtype` for a plain layer's weight; None for a weight made under torch.inference_mode (no
     version counter to watch) or a tensor subclass (it has its own ops)."""
@@ -140,7 +132,7 @@ def packable_dtype(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.dtype
 
 
 def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `inference_linear` multiplies by a packed weight, or None for the plain linear:
+    """The dtype in which `packed_forward` multiplies by a packed weight, or None for the plain linear:
     `packed_linear_dtype`, and in float32 only products of at least `PACKED_LINEAR_MIN_MACS` multiply-adds (under
     bf16 autocast the packed product wins at every size: it skips autocast's casts)."""
     dtype = packed_linear_dtype(hidden_states, weight)
@@ -152,7 +144,7 @@ def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) ->
 def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
     again after every change to the weight (its version counter or storage changes). No checks: see
-    `inference_linear`."""
+    `packed_forward`."""
     weight = module.weight
     key = (weight._version, weight.data_ptr())
     by_dtype = _PACKED_WEIGHTS.get(id(weight))

@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel, cpu_inference
-from hf_vanilla_transformer.cpu_inference import _PACKED_WEIGHTS, inference_linear
+from hf_vanilla_transformer.cpu_inference import _PACKED_WEIGHTS
 from hf_vanilla_transformer.label_smoothed_loss import linear_label_smoothed_cross_entropy
 from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
 
@@ -93,9 +93,10 @@ def test_cpu_inference_linear_uses_a_packed_weight_equal_to_the_linear(monkeypat
         torch.testing.assert_close(lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
         with cpu_inference.plain_kernels():
             assert torch.equal(lm_head(hidden), plain_linear(lm_head, hidden))
-        # A layer called directly (one the model did not set up) follows the same rules through inference_linear.
+        # A layer the model did not set up follows the same rules once `use_packed_linears` gives it the forward.
         layer = torch.nn.Linear(32, lm_head.out_features)
-        torch.testing.assert_close(inference_linear(layer, hidden), layer(hidden), atol=1e-5, rtol=1e-5)
+        cpu_inference.use_packed_linears(layer)
+        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
         assert torch.float32 in _PACKED_WEIGHTS[id(layer.weight)]
     # Training takes the plain linear (gradients flow to the tied embedding); the packed copy does not break copies.
     hidden.requires_grad_(True)
@@ -153,7 +154,6 @@ def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forw
         installed = layer.forward
         layer.forward = lambda x: installed(x) - 1.0
         assert torch.equal(layer(hidden), plain - 1.0)
-        assert torch.equal(inference_linear(layer, hidden), plain - 1.0)
         layer.forward = installed
         assert id(layer.weight) not in _PACKED_WEIGHTS
 
@@ -165,7 +165,6 @@ def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forw
         doubled.load_state_dict(layer.state_dict())
         cpu_inference.use_packed_linears(doubled)
         assert torch.equal(doubled(hidden), 2.0 * plain)
-        assert torch.equal(inference_linear(doubled, hidden), 2.0 * plain)
         # Without hooks the same layer is packed again.
         torch.testing.assert_close(layer(hidden), plain, atol=1e-5, rtol=1e-5)
         assert id(layer.weight) in _PACKED_WEIGHTS
