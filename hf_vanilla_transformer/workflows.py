@@ -419,8 +419,11 @@ def training_attention(device: torch.device) -> str:
     return "eager" if device.type == "cpu" else "sdpa"
 
 
-def _evaluate_folder(model_dir: Path, sources: list[str], references: list[str], options: TrainOptions) -> dict:
-    """Load the saved folder the way users will and score it with its own (§6.1) decoding."""
+def _evaluate_folder(
+    model_dir: Path, sources: list[str], references: list[str], options: TrainOptions
+) -> tuple[dict, Any, Any]:
+    """Load the saved folder the way users will and score it with its own (§6.1) decoding; the scores, and the model
+    and tokenizer loaded."""
     from .evaluation import evaluate_translations
 
     model = load_model(model_dir)
@@ -433,7 +436,7 @@ def _evaluate_folder(model_dir: Path, sources: list[str], references: list[str],
         f"chrF {results['chrf']:.2f} on {results['n']} sentences, decoded in {results['seconds']:.0f} s",
         flush=True,
     )
-    return results
+    return results, model, tokenizer
 
 
 def _print_examples(pairs: Dataset, hypotheses: list[str], count: int) -> None:
@@ -760,17 +763,15 @@ def _train_checked(
     }
     if test_pairs is not None and options.evaluate:
         sources, references = list(test_pairs["source"]), list(test_pairs["target"])
-        summary["test"] = _evaluate_folder(model_dir, sources, references, options)
+        summary["test"], model, tokenizer = _evaluate_folder(model_dir, sources, references, options)
         _print_examples(test_pairs, summary["test"]["hypotheses"], options.examples)
         # For the model card's limitations: a sentence outside the training domain, translated by the model.
         from .evaluation import out_of_domain_translation
 
-        summary["out_of_domain"] = out_of_domain_translation(
-            load_model(model_dir), load_tokenizer(model_dir), options.src_lang
-        )
+        summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
         if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
             print(f"Last checkpoint alone ({to_average[-1].name}):", flush=True)
-            summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)
+            summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)[0]
         # Attention maps of the first test sentence, shown by the model card.
         plot_attention_maps(AttentionOptions(model_dir, sources[0], out=model_dir / ATTENTION_DIR))
         if options.curve_every is not None and data_name == "multi30k":
