@@ -107,7 +107,8 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 
 # TrainOptions fields whose command-line options have the same name (the rest are mapped in `run_train`).
 _TRAIN_OPTIONS = (
-    *("src_lang", "tgt_lang", "train_src", "train_tgt", "test_src", "test_tgt", "dataset", "max_length"),
+    *("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"),
+    *("dataset", "max_length"),
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
@@ -154,6 +155,8 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     data.add_argument("--tgt-lang", default="de", help="target language")
     data.add_argument("--train-src", help="training source file, one sentence per line (.gz allowed)")
     data.add_argument("--train-tgt", help="training target file, line-aligned with --train-src")
+    data.add_argument("--valid-src", help="validation (dev) source file, scored during training")
+    data.add_argument("--valid-tgt", help="validation reference file")
     data.add_argument("--test-src", help="test source file (default with Multi30k: test_2016_flickr)")
     data.add_argument("--test-tgt", help="test reference file")
     data.add_argument(

@@ -170,7 +170,8 @@ class TrainOptions:
     EN->DE; `from_recipe` starts from another recipe. Durations are in seconds.
 
     Data: Multi30k in `src_lang`/`tgt_lang`, or `train_src`/`train_tgt` files (one sentence per line, .gz allowed),
-    or a `dataset` folder (save_to_disk) with a train split; `test_src`/`test_tgt` replace the test set.
+    or a `dataset` folder (save_to_disk) with a train split; `valid_src`/`valid_tgt` give a validation (dev) set
+    (a dataset's `validation` split is one too), `test_src`/`test_tgt` replace the test set.
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
@@ -188,6 +189,8 @@ class TrainOptions:
     tgt_lang: str = "de"
     train_src: str | os.PathLike | None = None
     train_tgt: str | os.PathLike | None = None
+    valid_src: str | os.PathLike | None = None
+    valid_tgt: str | os.PathLike | None = None
     test_src: str | os.PathLike | None = None
     test_tgt: str | os.PathLike | None = None
     dataset: str | os.PathLike | None = None
@@ -267,21 +270,33 @@ class TrainResult:
         return self.model_dir / RESULTS_FILE
 
 
-def _load_training_data(options: TrainOptions) -> tuple[Dataset, Dataset | None, str]:
-    """(train Dataset, test Dataset or None, a name for the data) from the options, checked before any work."""
+@dataclass(frozen=True)
+class TrainingData:
+    """The data of a run, each with `source` / `target` columns: `train`, the validation (dev) set scored during
+    training (`valid`, None without one), the test set scored at the end (`test`), and a `name` for logs and cards."""
+
+    train: Dataset
+    valid: Dataset | None
+    test: Dataset | None
+    name: str
+
+
+def _load_training_data(options: TrainOptions) -> TrainingData:
+    """The run's data from the options, checked before any work."""
     from datasets import DatasetDict, load_from_disk
 
     from .data import check_language_pair, from_dataset, load_multi30k, load_parallel_files
 
-    if (options.train_src is None) != (options.train_tgt is None):
-        raise WorkflowError("`--train-src` and `--train-tgt` go together; pass both files or neither.")
-    if (options.test_src is None) != (options.test_tgt is None):
-        raise WorkflowError("`--test-src` and `--test-tgt` go together; pass both files or neither.")
+    for kind in ("train", "valid", "test"):
+        if (getattr(options, f"{kind}_src") is None) != (getattr(options, f"{kind}_tgt") is None):
+            raise WorkflowError(f"`--{kind}-src` and `--{kind}-tgt` go together; pass both files or neither.")
     if options.dataset is not None and options.train_src is not None:
         raise WorkflowError("Pass either `--dataset` or `--train-src/--train-tgt`, not both.")
-    for name in ("train_src", "train_tgt", "test_src", "test_tgt"):
+    for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"):
         existing_file(getattr(options, name), f"--{name.replace('_', '-')}")
-    test = None
+    valid = test = None
+    if options.valid_src is not None:
+        valid = load_parallel_files(options.valid_src, options.valid_tgt)
     if options.test_src is not None:
         test = load_parallel_files(options.test_src, options.test_tgt)
     if options.train_src is not None:
@@ -295,6 +310,8 @@ def _load_training_data(options: TrainOptions) -> tuple[Dataset, Dataset | None,
         if isinstance(loaded, DatasetDict):
             if "train" not in loaded:
                 raise WorkflowError(f"`--dataset` {options.dataset} has no train split (splits: {list(loaded)}).")
+            if valid is None and "validation" in loaded:
+                valid = from_dataset(loaded["validation"], options.src_lang, options.tgt_lang)
             if test is None and "test" in loaded:
                 test = from_dataset(loaded["test"], options.src_lang, options.tgt_lang)
             loaded = loaded["train"]
@@ -306,7 +323,7 @@ def _load_training_data(options: TrainOptions) -> tuple[Dataset, Dataset | None,
         test = multi30k["test"] if test is None else test
     if options.max_train_pairs is not None:
         train = train.select(range(min(options.max_train_pairs, len(train))))
-    return train, test, name
+    return TrainingData(train, valid, test, name)
 
 
 def _check_training_pairs(train_pairs: Dataset, data_name: str, options: TrainOptions) -> None:
@@ -594,7 +611,8 @@ def train(options: TrainOptions) -> TrainResult | None:
     if main_process:
         refuse_if_in_use(Path(options.output_dir))
     checkpoint_dir, resume_from = _check_output_dir(options)
-    train_pairs, test_pairs, data_name = _load_training_data(options)
+    data = _load_training_data(options)
+    train_pairs, test_pairs, data_name = data.train, data.test, data.name
     _check_training_pairs(train_pairs, data_name, options)
     if options.push_to_hub is not None and (test_pairs is None or not options.evaluate):
         raise WorkflowError(
