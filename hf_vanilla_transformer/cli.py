@@ -108,7 +108,8 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 # TrainOptions fields whose command-line options have the same name (the rest are mapped in `run_train`).
 _TRAIN_OPTIONS = (
     *("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"),
-    *("dataset", "max_length"),
+    *("dataset", "dataset_config", "src_column", "tgt_column", "train_split", "valid_split", "test_split"),
+    "max_length",
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
@@ -160,8 +161,22 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     data.add_argument("--test-src", help="test source file (default with Multi30k: test_2016_flickr)")
     data.add_argument("--test-tgt", help="test reference file")
     data.add_argument(
-        "--dataset", help="a datasets folder (save_to_disk) with a train split (and optionally test) instead"
+        "--dataset",
+        metavar="NAME_OR_PATH",
+        help="train on a dataset instead (datasets.load_dataset): a Hub name, a save_to_disk folder, or a local "
+        "json/jsonl/csv/parquet file (its split: train); a `translation` column of {lang: text} dicts or two text "
+        "columns (--src-column/--tgt-column)",
     )
+    data.add_argument("--dataset-config", help="the Hub dataset's configuration, e.g. de-en for wmt14")
+    data.add_argument(
+        "--src-column", help="--dataset's source text column (default: --src-lang, or the `translation` column)"
+    )
+    data.add_argument("--tgt-column", help="--dataset's target text column (default: --tgt-lang)")
+    data.add_argument("--train-split", help="--dataset's split to train on (default: train)")
+    data.add_argument(
+        "--valid-split", help="--dataset's validation split (default: validation, where the dataset has one)"
+    )
+    data.add_argument("--test-split", help="--dataset's test split (default: test, where the dataset has one)")
     data.add_argument(
         "--max-length",
         type=_positive_int,

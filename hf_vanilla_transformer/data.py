@@ -1,13 +1,15 @@
 """Parallel text for training and evaluation, as `datasets` objects with one `source` and one `target` column.
 
-Three ways in, all giving the same columns:
+Four ways in, all giving the same columns:
 - `load_multi30k(src_lang, tgt_lang)`: Multi30k task 1 (bundled in `data/multi30k/`, see its README for provenance
   and citation), any two of en / de / fr, either direction; splits `train` (29,000 pairs), `validation` (1,014) and
   `test` (test_2016_flickr, 1,000);
 - `load_parallel_files(source_path, target_path)`: two text files (optionally .gz), one sentence per line, line i
   of one the translation of line i of the other;
+- `load_dataset_pairs(name_or_path, ...)`: splits of a Hub dataset, a save_to_disk folder or a local
+  json/jsonl/csv/parquet file, through `datasets`;
 - `from_dataset(dataset, src_lang, tgt_lang)`: an existing `datasets.Dataset` with a `translation` column of
-  {lang: text} dicts (the Hub's convention, e.g. wmt14), one column per language, or `source` / `target` columns.
+  {lang: text} dicts (the Hub's convention, e.g. wmt14), two text columns, or `source` / `target` columns.
 
 `tokenize_pairs` then tokenizes with a joint tokenizer (tokenization.py) and drops, explicitly and with a count in
 the log, pairs with an empty side or with more than `max_length` tokens on a side (`</s>` included).
@@ -117,43 +119,169 @@ def load_multi30k(
     )
 
 
-def from_dataset(dataset: Dataset, src_lang: str | None = None, tgt_lang: str | None = None) -> Dataset:
-    """`source` / `target` columns from an existing `Dataset`: a `translation` column of {lang: text} dicts or one
-    column per language (both need `src_lang` / `tgt_lang`), or `source` / `target` columns already."""
+def from_dataset(
+    dataset: Dataset,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    src_column: str | None = None,
+    tgt_column: str | None = None,
+    name: str = "the dataset",
+) -> Dataset:
+    """`source` / `target` columns from an existing `Dataset`: a `translation` column of {lang: text} dicts (the
+    Hub's convention, picked by `src_lang` / `tgt_lang`), two plain text columns (`src_column` / `tgt_column`,
+    defaulting to the language codes), or `source` / `target` columns already (no languages given). Missing
+    values (an empty csv cell, a language absent from one row's dict) become empty texts, which `tokenize_pairs`
+    drops and counts. Problems raise a one-line ValueError naming `name` (the dataset and split), what it holds and
+    the fix."""
+    from datasets import Translation, Value
+
     if not isinstance(dataset, Dataset):
         raise ValueError(
             f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}. Pick a split, e.g. dataset['train']."
         )
     columns = dataset.column_names
-    if src_lang is None and tgt_lang is None and {"source", "target"} <= set(columns):
-        return dataset.select_columns(["source", "target"])
-    if src_lang is None or tgt_lang is None:
+    if src_lang is None and tgt_lang is None and src_column is None and tgt_column is None:
+        if {"source", "target"} <= set(columns):
+            return dataset.select_columns(["source", "target"])
         raise ValueError(
-            f"`src_lang` and `tgt_lang` are needed to pick the languages from columns {columns}, got "
-            f"src_lang={src_lang!r}, tgt_lang={tgt_lang!r}."
+            f"{name}: the languages are needed to pick the source and target from its columns {columns}. Pass "
+            "src_lang and tgt_lang (or src_column and tgt_column)."
         )
-    if "translation" in columns:
-        pair = dataset[0]["translation"]
-        for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-            if lang not in pair:
-                raise ValueError(
-                    f"`{name}` must be one of the languages {sorted(pair)} in `translation`, got {lang!r}."
-                )
-        return dataset.map(
-            lambda batch: {
-                "source": [pair[src_lang] for pair in batch["translation"]],
-                "target": [pair[tgt_lang] for pair in batch["translation"]],
-            },
-            batched=True,
-            remove_columns=columns,
-        )
-    for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if lang not in columns:
+    if src_column is None and tgt_column is None and "translation" in columns:
+        feature = dataset.features["translation"]
+        if not isinstance(feature, (Translation, dict)):
             raise ValueError(
-                f"`{name}` must name a column of the dataset (or a language in its `translation` column), got "
-                f"{lang!r}; the columns are {columns}."
+                f"{name}: the `translation` column holds {feature}, not {{language: text}} dicts. Pass "
+                "--src-column/--tgt-column naming two text columns instead."
             )
-    return dataset.select_columns([src_lang, tgt_lang]).rename_columns({src_lang: "source", tgt_lang: "target"})
+        languages = feature.languages if isinstance(feature, Translation) else list(feature)
+        for option, lang in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
+            if lang not in languages:
+                raise ValueError(
+                    f"{name}: the `translation` column has no language {lang!r} (its languages: "
+                    f"{', '.join(sorted(languages))}). Pass {option} with one of those."
+                )
+        # The dicts are an Arrow struct: flattening gives one plain column per language without a Python pass.
+        dataset = dataset.select_columns(["translation"]).flatten()
+        pair = (f"translation.{src_lang}", f"translation.{tgt_lang}")
+        where = "the `translation` column's language"
+    else:
+        pair = (src_column or src_lang, tgt_column or tgt_lang)
+        where = "column"
+        for option, column in zip(("--src-column", "--tgt-column"), pair, strict=True):
+            if column not in columns:
+                raise ValueError(
+                    f"{name} has no column {column!r} (its columns: {', '.join(columns)}). Pass {option} naming the "
+                    "column that holds the "
+                    + ("source" if option == "--src-column" else "target")
+                    + " sentences (the columns default to --src-lang/--tgt-lang)."
+                )
+        if pair[0] == pair[1]:
+            raise ValueError(f"{name}: source and target are both column {pair[0]!r}. Pass two different columns.")
+    for column in pair:
+        feature = dataset.features[column]
+        if not (isinstance(feature, Value) and feature.dtype in ("string", "large_string")):
+            shown = column.removeprefix("translation.")
+            raise ValueError(
+                f"{name}: {where} {shown!r} holds {feature}, not text. Pass the columns that hold the sentences."
+            )
+    dataset = dataset.select_columns(list(pair)).rename_columns({pair[0]: "source", pair[1]: "target"})
+    if any(dataset.data.column(column).null_count for column in ("source", "target")):
+        dataset = dataset.map(
+            lambda batch: {column: [text or "" for text in batch[column]] for column in ("source", "target")},
+            batched=True,
+        )
+    return dataset
+
+
+# A local data file's extension -> the `datasets` builder that reads it (a single file is the split "train").
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _flat(error: BaseException) -> str:
+    """An error's message on one line: a generation error's cause (what the reader said), whitespace collapsed."""
+    from datasets.exceptions import DatasetGenerationError
+
+    if isinstance(error, DatasetGenerationError) and error.__cause__ is not None:
+        error = error.__cause__
+    return " ".join(str(error).split())[:400] or type(error).__name__
+
+
+def _load_raw_dataset(name_or_path: str | Path, config: str | None) -> DatasetDict:
+    """The splits of `name_or_path`: a save_to_disk folder, a local data file or folder of them, or a Hub name."""
+    from datasets import load_dataset, load_from_disk
+    from datasets.exceptions import DatasetsError
+
+    path = Path(name_or_path)
+    local = path.exists() or path.suffix in DATA_FILE_BUILDERS or str(name_or_path).startswith((".", "/", "~"))
+    if local and config is not None:
+        raise ValueError(
+            f"`--dataset-config {config}` picks a configuration of a Hub dataset, but {name_or_path} is a local "
+            "path. Drop --dataset-config."
+        )
+    if local and not path.exists():
+        raise ValueError(
+            f"`--dataset` {name_or_path} does not exist. Check the path (a json/jsonl/csv/parquet file or a folder)."
+        )
+    if path.is_file() and path.suffix not in DATA_FILE_BUILDERS:
+        raise ValueError(
+            f"`--dataset` {name_or_path} has the unknown file type {path.suffix or '(no extension)'!r}. Pass a "
+            f"{'/'.join(suffix[1:] for suffix in DATA_FILE_BUILDERS)} file, a save_to_disk folder, or plain text "
+            "files with --train-src/--train-tgt."
+        )
+    saved = (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+    try:
+        if saved:
+            loaded = load_from_disk(str(path))
+        elif path.is_file():
+            loaded = load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files={"train": str(path)})
+        else:  # a folder of data files (train.jsonl, validation.jsonl, ...) or a Hub name
+            loaded = load_dataset(str(name_or_path), config)
+    except (DatasetsError, OSError, ValueError) as error:  # ArrowInvalid is a ValueError; offline an OSError
+        what = "read" if local else "loaded from the Hub"
+        fix = (
+            f"Check that it is a valid {path.suffix[1:] or 'data'} file (json: one object per line for jsonl)."
+            if local
+            else "Check the name and --dataset-config, and that the Hub is reachable (or pass a local file)."
+        )
+        raise ValueError(f"`--dataset` {name_or_path} could not be {what}: {_flat(error)}. {fix}") from None
+    return loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
+
+
+def load_dataset_pairs(
+    name_or_path: str | Path,
+    src_lang: str,
+    tgt_lang: str,
+    splits: dict[str, str],
+    optional: tuple[str, ...] = (),
+    config: str | None = None,
+    src_column: str | None = None,
+    tgt_column: str | None = None,
+) -> dict[str, Dataset]:
+    """`source` / `target` splits of a dataset, through `datasets.load_dataset` (the Hub name `name_or_path` with
+    `config`, or a local folder of data files), `load_from_disk` (a save_to_disk folder), or a local
+    json/jsonl/csv/parquet file (one split: `train`). `splits` maps each role (train, valid, test) to the split
+    name that gives it; the roles in `optional` may be absent (then absent from the result). The columns are
+    picked by `from_dataset`. Problems raise a one-line ValueError naming the dataset, what it has and the fix."""
+    loaded = _load_raw_dataset(name_or_path, config)
+    pairs = {}
+    for role, split in splits.items():
+        if split not in loaded:
+            if role in optional:
+                continue
+            raise ValueError(
+                f"`--dataset` {name_or_path} has no split {split!r} (its splits: {', '.join(loaded)}). Pass "
+                f"--{role}-split with one of those."
+            )
+        pairs[role] = from_dataset(
+            loaded[split],
+            src_lang,
+            tgt_lang,
+            src_column,
+            tgt_column,
+            name=f"`--dataset` {name_or_path} (split {split})",
+        )
+    return pairs
 
 
 def tokenize_pairs(
@@ -198,12 +326,14 @@ def tokenize_pairs(
 
 
 __all__ = [
+    "DATA_FILE_BUILDERS",
     "DEFAULT_MAX_LENGTH",
     "MULTI30K_LANGUAGES",
     "MULTI30K_SPLITS",
     "check_language_pair",
     "decode_lines",
     "from_dataset",
+    "load_dataset_pairs",
     "load_multi30k",
     "load_parallel_files",
     "read_lines",

@@ -170,8 +170,11 @@ class TrainOptions:
     EN->DE; `from_recipe` starts from another recipe. Durations are in seconds.
 
     Data: Multi30k in `src_lang`/`tgt_lang`, or `train_src`/`train_tgt` files (one sentence per line, .gz allowed),
-    or a `dataset` folder (save_to_disk) with a train split; `valid_src`/`valid_tgt` give a validation (dev) set
-    (a dataset's `validation` split is one too), `test_src`/`test_tgt` replace the test set.
+    or a `dataset` (data.load_dataset_pairs: a Hub name with `dataset_config`, a save_to_disk folder, a local
+    json/jsonl/csv/parquet file) whose `train_split` (None: "train") trains, `valid_split` / `test_split` (None:
+    "validation" / "test" where the dataset has them) validate and test, with a `translation` column of {lang: text}
+    dicts or the `src_column` / `tgt_column` text columns (None: the language codes); `valid_src`/`valid_tgt` give
+    a validation (dev) set, `test_src`/`test_tgt` replace the test set (a dataset's too).
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
@@ -194,6 +197,12 @@ class TrainOptions:
     test_src: str | os.PathLike | None = None
     test_tgt: str | os.PathLike | None = None
     dataset: str | os.PathLike | None = None
+    dataset_config: str | None = None
+    src_column: str | None = None
+    tgt_column: str | None = None
+    train_split: str | None = None
+    valid_split: str | None = None
+    test_split: str | None = None
     max_length: int = DEFAULT_MAX_LENGTH
     max_train_pairs: int | None = None
     preset: str = DEFAULT_RECIPE.preset
@@ -283,15 +292,25 @@ class TrainingData:
 
 def _load_training_data(options: TrainOptions) -> TrainingData:
     """The run's data from the options, checked before any work."""
-    from datasets import DatasetDict, load_from_disk
-
-    from .data import check_language_pair, from_dataset, load_multi30k, load_parallel_files
+    from .data import check_language_pair, load_dataset_pairs, load_multi30k, load_parallel_files
 
     for kind in ("train", "valid", "test"):
         if (getattr(options, f"{kind}_src") is None) != (getattr(options, f"{kind}_tgt") is None):
             raise WorkflowError(f"`--{kind}-src` and `--{kind}-tgt` go together; pass both files or neither.")
     if options.dataset is not None and options.train_src is not None:
         raise WorkflowError("Pass either `--dataset` or `--train-src/--train-tgt`, not both.")
+    dataset_options = ("dataset_config", "src_column", "tgt_column", "train_split", "valid_split", "test_split")
+    for name in dataset_options:
+        if options.dataset is None and getattr(options, name) is not None:
+            raise WorkflowError(
+                f"`--{name.replace('_', '-')} {getattr(options, name)}` applies to `--dataset`, which is not given. "
+                "Pass --dataset, or drop the option."
+            )
+    for kind in ("valid", "test"):
+        if getattr(options, f"{kind}_split") is not None and getattr(options, f"{kind}_src") is not None:
+            raise WorkflowError(
+                f"`--{kind}-split` and `--{kind}-src/--{kind}-tgt` both give the {kind} set; pass one of them."
+            )
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"):
         existing_file(getattr(options, name), f"--{name.replace('_', '-')}")
     valid = test = None
@@ -302,20 +321,27 @@ def _load_training_data(options: TrainOptions) -> TrainingData:
     if options.train_src is not None:
         train, name = load_parallel_files(options.train_src, options.train_tgt), Path(options.train_src).stem
     elif options.dataset is not None:
-        if not Path(options.dataset).is_dir():
-            raise WorkflowError(
-                f"`--dataset` {options.dataset} is not a folder. Pass a folder written by save_to_disk."
-            )
-        loaded = load_from_disk(str(options.dataset))
-        if isinstance(loaded, DatasetDict):
-            if "train" not in loaded:
-                raise WorkflowError(f"`--dataset` {options.dataset} has no train split (splits: {list(loaded)}).")
-            if valid is None and "validation" in loaded:
-                valid = from_dataset(loaded["validation"], options.src_lang, options.tgt_lang)
-            if test is None and "test" in loaded:
-                test = from_dataset(loaded["test"], options.src_lang, options.tgt_lang)
-            loaded = loaded["train"]
-        train, name = from_dataset(loaded, options.src_lang, options.tgt_lang), Path(options.dataset).name
+        # The dataset's validation and test splits serve unless files replace them; the default names are optional.
+        splits = {"train": options.train_split or "train"}
+        if valid is None:
+            splits["valid"] = options.valid_split or "validation"
+        if test is None:
+            splits["test"] = options.test_split or "test"
+        optional = tuple(kind for kind in ("valid", "test") if getattr(options, f"{kind}_split") is None)
+        pairs = load_dataset_pairs(
+            options.dataset,
+            options.src_lang,
+            options.tgt_lang,
+            splits,
+            optional=optional,
+            config=options.dataset_config,
+            src_column=options.src_column,
+            tgt_column=options.tgt_column,
+        )
+        train, valid, test = pairs["train"], pairs.get("valid", valid), pairs.get("test", test)
+        name = Path(options.dataset).name if Path(options.dataset).exists() else str(options.dataset)
+        if options.dataset_config is not None:
+            name = f"{name} ({options.dataset_config})"
     else:
         check_language_pair(options.src_lang, options.tgt_lang)
         multi30k = load_multi30k(options.src_lang, options.tgt_lang, splits=("train", "test"))

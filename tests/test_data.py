@@ -102,15 +102,31 @@ def test_existing_datasets_in_three_layouts() -> None:
 
 def test_existing_dataset_errors_name_the_value() -> None:
     translation = Dataset.from_dict({"translation": [{"en": "A dog.", "de": "Ein Hund."}]})
-    with pytest.raises(ValueError, match=r"`tgt_lang` must be one of the languages \['de', 'en'\].*got 'fr'"):
+    with pytest.raises(ValueError, match=r"no language 'fr' \(its languages: de, en\)\. Pass --tgt-lang"):
         from_dataset(translation, "en", "fr")
-    columns = Dataset.from_dict({"en": ["A cat."], "fr": ["Un chat."]})
-    with pytest.raises(ValueError, match=r"`src_lang` must name a column .*got 'de'; the columns are \['en', 'fr'\]"):
+    columns = Dataset.from_dict({"en": ["A cat."], "fr": ["Un chat."], "n": [1]})
+    with pytest.raises(ValueError, match=r"has no column 'de' \(its columns: en, fr, n\)\. Pass --src-column"):
         from_dataset(columns, "de", "fr")
-    with pytest.raises(ValueError, match="`src_lang` and `tgt_lang` are needed"):
+    with pytest.raises(ValueError, match=r"column 'n' holds Value\('int64'\), not text"):
+        from_dataset(columns, "en", "fr", tgt_column="n")
+    with pytest.raises(ValueError, match="the languages are needed"):
         from_dataset(columns)
     with pytest.raises(ValueError, match=r"must be a datasets.Dataset, got dict"):
         from_dataset({"train": columns}, "en", "fr")
+
+
+def test_hub_translation_features_and_missing_values() -> None:
+    """The Hub's `Translation` feature (wmt14's) picks languages like a plain dict column; a missing text (an empty
+    csv cell, a language absent from one row's dict) becomes "", which tokenize_pairs drops and counts."""
+    from datasets import Features, Translation
+
+    features = Features({"translation": Translation(languages=["de", "en"])})
+    hub = Dataset.from_dict({"translation": [{"de": "Ein Hund.", "en": "A dog."}]}, features=features)
+    assert from_dataset(hub, "en", "de")[0] == {"source": "A dog.", "target": "Ein Hund."}
+    holes = Dataset.from_dict({"translation": [{"en": "A dog.", "de": None}, {"en": None, "de": "Katze."}]})
+    assert from_dataset(holes, "en", "de")[:] == {"source": ["A dog.", ""], "target": ["", "Katze."]}
+    cells = Dataset.from_dict({"src": ["A cat.", None], "tgt": ["Un chat.", "Rien."]})
+    assert from_dataset(cells, "en", "fr", "src", "tgt")["source"] == ["A cat.", ""]
 
 
 def test_tokenize_pairs_filters_long_and_empty_pairs_explicitly(caplog) -> None:
