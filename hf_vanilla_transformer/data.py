@@ -18,6 +18,7 @@ the log, pairs with an empty side or with more than `max_length` tokens on a sid
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import zlib
 from pathlib import Path
@@ -79,8 +80,10 @@ def load_parallel_files(source_path: str | Path, target_path: str | Path) -> Dat
     sources, targets = read_lines(source_path), read_lines(target_path)
     if len(sources) != len(targets):
         raise ValueError(
-            f"`{source_path}` has {len(sources)} lines but `{target_path}` has {len(targets)}; parallel files must "
-            "have one line per sentence pair. Check that the two files belong together."
+            f"`{source_path}` has {len(sources)} lines but `{target_path}` has {len(targets)}: line "
+            f"{min(len(sources), len(targets)) + 1} of `{source_path if len(sources) > len(targets) else target_path}`"
+            " is the first without a partner; parallel files must have one line per sentence pair. Check that the "
+            "two files belong together."
         )
     if not sources:
         raise ValueError(f"`{source_path}` is empty. Pass files with at least one sentence pair.")
@@ -207,6 +210,27 @@ def _flat(error: BaseException) -> str:
     return " ".join(str(error).split())[:400] or type(error).__name__
 
 
+def _first_bad_line(path: Path) -> str | None:
+    """Where a json/jsonl/csv file that `datasets` could not read goes wrong, for the error message: the UTF-8 error
+    (`decode_lines` raises it naming the line), else for JSON the first line that is not a JSON value (JSON lines)
+    when the file is not one JSON document either. Read only once loading has failed."""
+    lines = decode_lines(path.read_bytes(), str(path))
+    if DATA_FILE_BUILDERS[path.suffix] != "json":
+        return None
+    try:
+        json.loads("\n".join(lines))
+        return None  # one JSON document: the problem is its shape, which the library's message names
+    except json.JSONDecodeError:
+        pass
+    for number, line in enumerate(lines, 1):
+        try:
+            if line.strip():
+                json.loads(line)
+        except json.JSONDecodeError as error:
+            return f"line {number}, column {error.colno} is not valid JSON ({error.msg})"
+    return None
+
+
 def _load_raw_dataset(name_or_path: str | Path, config: str | None) -> DatasetDict:
     """The splits of `name_or_path`: a save_to_disk folder, a local data file or folder of them, or a Hub name."""
     from datasets import load_dataset, load_from_disk
@@ -238,6 +262,11 @@ def _load_raw_dataset(name_or_path: str | Path, config: str | None) -> DatasetDi
         else:  # a folder of data files (train.jsonl, validation.jsonl, ...) or a Hub name
             loaded = load_dataset(str(name_or_path), config)
     except (DatasetsError, OSError, ValueError) as error:  # ArrowInvalid is a ValueError; offline an OSError
+        where = _first_bad_line(path) if path.is_file() and path.suffix != ".parquet" else None
+        if where is not None:
+            raise ValueError(
+                f"`--dataset` {name_or_path}: {where}. Fix that line (a .jsonl file holds one JSON object per line)."
+            ) from None
         what = "read" if local else "loaded from the Hub"
         fix = (
             f"Check that it is a valid {path.suffix[1:] or 'data'} file (json: one object per line for jsonl)."
@@ -257,12 +286,37 @@ def load_dataset_pairs(
     config: str | None = None,
     src_column: str | None = None,
     tgt_column: str | None = None,
+    progress: bool = True,
 ) -> dict[str, Dataset]:
     """`source` / `target` splits of a dataset, through `datasets.load_dataset` (the Hub name `name_or_path` with
     `config`, or a local folder of data files), `load_from_disk` (a save_to_disk folder), or a local
     json/jsonl/csv/parquet file (one split: `train`). `splits` maps each role (train, valid, test) to the split
     name that gives it; the roles in `optional` may be absent (then absent from the result). The columns are
-    picked by `from_dataset`. Problems raise a one-line ValueError naming the dataset, what it has and the fix."""
+    picked by `from_dataset`. Problems raise a one-line ValueError naming the dataset, what it has and the fix.
+    `progress`: show `datasets`' progress bars (on stderr) while it reads and converts files."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    shown = not are_progress_bars_disabled()
+    if not progress:
+        disable_progress_bars()
+    try:
+        return _dataset_pairs(name_or_path, src_lang, tgt_lang, splits, optional, config, src_column, tgt_column)
+    finally:
+        if shown and not progress:
+            enable_progress_bars()
+
+
+def _dataset_pairs(
+    name_or_path: str | Path,
+    src_lang: str,
+    tgt_lang: str,
+    splits: dict[str, str],
+    optional: tuple[str, ...],
+    config: str | None,
+    src_column: str | None,
+    tgt_column: str | None,
+) -> dict[str, Dataset]:
+    """`load_dataset_pairs` without its progress-bar switch."""
     loaded = _load_raw_dataset(name_or_path, config)
     pairs = {}
     for role, split in splits.items():

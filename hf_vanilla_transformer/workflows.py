@@ -337,6 +337,7 @@ def _load_training_data(options: TrainOptions) -> TrainingData:
             config=options.dataset_config,
             src_column=options.src_column,
             tgt_column=options.tgt_column,
+            progress=options.progress,
         )
         train, valid, test = pairs["train"], pairs.get("valid", valid), pairs.get("test", test)
         name = Path(options.dataset).name if Path(options.dataset).exists() else str(options.dataset)
