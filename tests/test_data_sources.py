@@ -183,6 +183,15 @@ BAD_INPUTS = {
     ),
     "not parquet": (*dataset("pairs.parquet", b"PAR1 not really"), ["pairs.parquet", "could not be read", "Check"]),
     "unknown file type": (*dataset("pairs.txt", TWO_LINES), ["pairs.txt", "'.txt'", "--train-src/--train-tgt"]),
+    "Hub dataset unreachable": (
+        {},
+        ["--dataset", "no-such-org/no-such-set"],
+        ["no-such-org/no-such-set", "could not be loaded from the Hub", "OfflineModeIsEnabled", "--dataset-config"],
+    ),
+    "config of a local file": (
+        *dataset("pairs.jsonl", TRANSLATION_JSONL, "--dataset-config", "de-en"),
+        ["pairs.jsonl", "is a local path", "Drop --dataset-config"],
+    ),
     "missing dataset": ({}, ["--dataset", "{dir}/nowhere.jsonl"], ["nowhere.jsonl", "does not exist"]),
 }
 
