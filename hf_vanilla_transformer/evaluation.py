@@ -72,8 +72,8 @@ def translate(
             f"Evaluation scores one hypothesis per source, got num_return_sequences="
             f"{generation_kwargs['num_return_sequences']}. Drop it from generation_kwargs."
         )
-    translations = translate_n_best(model, tokenizer, sources, batch_size, generation_kwargs, progress, max_input_tokens)
-    return [best.text for best, *_ in translations]
+    hypotheses = translate_n_best(model, tokenizer, sources, batch_size, generation_kwargs, progress, max_input_tokens)
+    return [best.text for best, *_ in hypotheses]
 
 
 def translate_n_best(

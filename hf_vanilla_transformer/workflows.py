@@ -102,7 +102,6 @@ def model_folder(
     or, only with `trust_remote_code`, one whose config's auto_map names code in the folder, which would run.
     `trust_remote_code` None: the command takes only this package's folders (average, curve), so no flag helps."""
     from .configuration_vanilla_transformer import VanillaTransformerConfig
-    from .evaluation import Hypothesis
 
     folder = Path(path)
     config_file = folder / "config.json"
