@@ -404,6 +404,10 @@ def run_translate(args: argparse.Namespace) -> int:
         writable_file,
     )
 
+    from transformers.utils import logging as transformers_logging
+
+    # A tool's stderr carries warnings and errors only: no bar for loading the weights.
+    transformers_logging.disable_progress_bar()
     model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
     if args.text and args.input is not None:
         raise WorkflowError("Pass sentences either as arguments or with `--input`, not both.")

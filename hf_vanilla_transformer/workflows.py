@@ -955,17 +955,24 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
 
     from .evaluation import translate_n_best
 
+    from transformers import GenerationConfig
+
     _check_translate_options(options)
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
-    model = load_model(model_dir, options.trust_remote_code, options.device)
-    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     n_best = options.n_best or 1
-    beams = options.num_beams or model.generation_config.num_beams or 1
+    if options.num_beams is not None:
+        beams = options.num_beams
+    elif (model_dir / "generation_config.json").is_file():  # read alone: checked before the model loads
+        beams = GenerationConfig.from_pretrained(model_dir).num_beams or 1
+    else:
+        beams = 1
     if n_best > beams:
         raise WorkflowError(
             f"`--n-best` {n_best} needs at least {n_best} beams, but the decoding has {beams} (--num-beams, else the "
             f"model's generation_config.json). Pass --num-beams {n_best} or more, or a smaller --n-best."
         )
+    model = load_model(model_dir, options.trust_remote_code, options.device)
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     if options.bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise WorkflowError("`--bf16`: this GPU has no bf16 support. Drop --bf16.")
     generation_kwargs = {
