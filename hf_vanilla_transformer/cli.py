@@ -393,6 +393,8 @@ def run_translate(args: argparse.Namespace) -> int:
     import itertools
     from pathlib import Path
 
+    from transformers.utils import logging as transformers_logging
+
     from .data import read_lines, stream_lines
     from .workflows import (
         TranslateOptions,
@@ -403,8 +405,6 @@ def run_translate(args: argparse.Namespace) -> int:
         translation_line,
         writable_file,
     )
-
-    from transformers.utils import logging as transformers_logging
 
     # A tool's stderr carries warnings and errors only: no bar for loading the weights.
     transformers_logging.disable_progress_bar()

@@ -952,10 +952,9 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
     decoded, so that a line read from a pipe is translated before the pipe closes. A blank (empty or white-space)
     line is not sent to the model and yields an empty list. The model loads at the first `next()`."""
     import torch
+    from transformers import GenerationConfig
 
     from .evaluation import translate_n_best
-
-    from transformers import GenerationConfig
 
     _check_translate_options(options)
     model_dir = model_folder(options.model_dir, options.trust_remote_code)

@@ -18,7 +18,7 @@ from hf_vanilla_transformer import evaluation, workflows
 from hf_vanilla_transformer.evaluation import Hypothesis
 from hf_vanilla_transformer.workflows import TranslateOptions, translate_stream, translation_line
 
-from .test_cli import bpe_model, one_line_error, run  # noqa: F401 (bpe_model: a fixture)
+from .test_cli import one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--num-beams", "1", "--max-new-tokens", "6"]
