@@ -357,39 +357,97 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def _add_translate_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "translate",
-        help="translate sentences (arguments, or one per line on stdin)",
-        description="Translate with a saved model and its own decoding (§6.1: beam 4, alpha 0.6, source + 50).",
+        help="translate sentences (arguments, or one per line on stdin or --input)",
+        description="Translate with a saved model and its own decoding (§6.1: beam 4, alpha 0.6, source + 50). "
+        "Lines from stdin or --input are translated in chunks of --batch-size lines, each chunk printed as soon as "
+        "it is done (--batch-size 1 for a line-by-line pipe); one output line per input line, in order, a blank "
+        "line for a blank line.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
     parser.add_argument("--input", metavar="FILE", help="translate the lines of this UTF-8 file (.gz allowed)")
-    parser.add_argument("--batch-size", type=_positive_int, default=32)
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the translations to this file instead of stdout (flushed after each chunk: a run that stops "
+        "leaves the lines done so far)",
+    )
+    parser.add_argument("--batch-size", type=_positive_int, default=32, help="lines per chunk (one batch)")
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
+    parser.add_argument(
+        "--length-penalty", type=float, help="override the model's length penalty alpha (its kind stays)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=_positive_int, help="cap every translation at this many tokens (EOS included)"
+    )
+    parser.add_argument(
+        "--n-best",
+        type=_positive_int,
+        metavar="N",
+        help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
+        "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: a GPU if any")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="decode under bf16 autocast (fast on GPUs and CPUs with bf16 matrix units; CPUs without emulate it "
+        "slowly)",
+    )
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.set_defaults(func=run_translate)
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    """The `translate` subcommand: one translation per line, in input order. Lines from --input or stdin are read
-    as `evaluate --src` reads its file: UTF-8 (else an error naming the line), a CRLF line end is a line end."""
-    from .data import decode_lines, read_lines
-    from .workflows import TranslateOptions, WorkflowError, existing_file, model_folder, translate
+    """The `translate` subcommand: one output line per input line, in input order (`workflows.translation_line`).
+    --input is read as `evaluate --src` reads its file (UTF-8, else an error naming the line, before any decoding;
+    a CRLF line end is a line end); stdin the same way, line by line as it arrives."""
+    import contextlib
+    import itertools
+    from pathlib import Path
 
+    from transformers.utils import logging as transformers_logging
+
+    from .data import read_lines, stream_lines
+    from .workflows import (
+        TranslateOptions,
+        WorkflowError,
+        existing_file,
+        model_folder,
+        translate_stream,
+        translation_line,
+        writable_file,
+    )
+
+    # A tool's stderr carries warnings and errors only: no bar for loading the weights.
+    transformers_logging.disable_progress_bar()
     model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
     if args.text and args.input is not None:
         raise WorkflowError("Pass sentences either as arguments or with `--input`, not both.")
+    if args.output is not None:
+        output = writable_file(args.output, "--output", "text", "translations.txt")
+        if args.input is not None and output.resolve() == Path(args.input).resolve():
+            raise WorkflowError(f"`--output` {output} is the --input file; pass another file name.")
     if args.text:
-        sentences = args.text
+        lines = args.text
     elif args.input is not None:
-        sentences = read_lines(existing_file(args.input, "--input"))
+        lines = read_lines(existing_file(args.input, "--input"))
     else:
-        sentences = decode_lines(sys.stdin.buffer.read(), "stdin")
-    names = ("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code")
-    options = TranslateOptions(sentences=sentences, **_options(args, names))
-    for line in translate(options):
-        print(line)
+        lines = stream_lines(sys.stdin.buffer, "stdin")
+    names = (
+        *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
+        *("max_new_tokens", "n_best", "device", "bf16"),
+    )
+    results = translate_stream(TranslateOptions(**_options(args, names)), lines)
+    # The first line comes once the model is loaded and the options checked: only then is --output created.
+    first = list(itertools.islice(results, 1))
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout if args.output is None else stack.enter_context(open(output, "w", encoding="utf-8"))
+        for hypotheses in itertools.chain(first, results):
+            out.write(translation_line(hypotheses) + "\n")
+            out.flush()  # at once: the reader of a pipe waits for it, and a stopped run keeps what is done
     return 0
 
 
@@ -558,6 +616,7 @@ def build_parser(recipe: Recipe = DEFAULT_RECIPE) -> argparse.ArgumentParser:
 _OUTPUT = {
     "train": ("output_dir", "--output-dir"),
     "evaluate": ("output", "--output"),
+    "translate": ("output", "--output"),
     "average": ("output", "--output"),
     "curve": ("run_dir", "run_dir"),
     "attention": ("out", "--out"),

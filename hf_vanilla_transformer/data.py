@@ -21,7 +21,9 @@ import gzip
 import json
 import logging
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
@@ -73,6 +75,18 @@ def read_lines(path: str | Path) -> list[str]:
     else:
         data = path.read_bytes()
     return decode_lines(data, str(path))
+
+
+def stream_lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of the UTF-8 stream `handle` (e.g. stdin), decoded one at a time as they arrive, with the line
+    ends, UTF-8 rule and error (naming `name` and the line) of `decode_lines`."""
+    for number, line in enumerate(handle, start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            decode_lines(b"\n" * (number - 1) + line, name)  # raises decode_lines' error, with this line's number
+            raise
+        yield text.removesuffix("\n").removesuffix("\r")
 
 
 def load_parallel_files(source_path: str | Path, target_path: str | Path) -> Dataset:
@@ -391,5 +405,6 @@ __all__ = [
     "load_multi30k",
     "load_parallel_files",
     "read_lines",
+    "stream_lines",
     "tokenize_pairs",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import sacrebleu
 import torch
@@ -40,6 +40,16 @@ def _json_ready(value: Any) -> Any:
     return repr(value)
 
 
+class Hypothesis(NamedTuple):
+    """One translation of a source: its detokenized `text` and, where asked for, its `score`: log P(Y | X) / lp(|Y|),
+    the length-penalised log-probability that beam search ranks hypotheses by (transformers' `sequences_scores`;
+    greedy decoding gets the same formula). lp is the decoding's length penalty: GNMT's ((5 + |Y|) / 6)^α for the
+    paper's decoding (§6.1), else |Y|^α; |Y| counts the generated tokens, EOS included."""
+
+    text: str
+    score: float | None = None
+
+
 def translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -56,8 +66,33 @@ def translate(
     memory fails at once. A source longer than `max_input_tokens` (default: the tokenizer's `model_max_length`) is
     cut to that many tokens, with one warning that counts them: its translation covers only the start.
     """
+    generation_kwargs = dict(generation_kwargs or {})
+    if generation_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError(
+            f"Evaluation scores one hypothesis per source, got num_return_sequences="
+            f"{generation_kwargs['num_return_sequences']}. Drop it from generation_kwargs."
+        )
+    hypotheses = translate_n_best(model, tokenizer, sources, batch_size, generation_kwargs, progress, max_input_tokens)
+    return [best.text for best, *_ in hypotheses]
+
+
+def translate_n_best(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: list[str],
+    batch_size: int = 64,
+    generation_kwargs: dict[str, Any] | None = None,
+    progress: bool = True,
+    max_input_tokens: int | None = None,
+    n_best: int = 1,
+    scores: bool = False,
+) -> list[list[Hypothesis]]:
+    """`translate`, keeping the `n_best` best hypotheses of each source (best first; beam search with at least
+    `n_best` beams for more than one) and, with `scores`, their scores (see `Hypothesis`)."""
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size}.")
+    if isinstance(n_best, bool) or not isinstance(n_best, int) or n_best < 1:
+        raise ValueError(f"`n_best` must be a positive integer, got {n_best!r}.")
     if max_input_tokens is None:
         # A tokenizer saved without a limit reports transformers' VERY_LARGE_INTEGER (1e30): no cut then.
         max_input_tokens = min(tokenizer.model_max_length, 2**31 - 1)
@@ -66,11 +101,10 @@ def translate(
             f"`max_input_tokens` must be an integer of at least 2 (a token and `</s>`), got {max_input_tokens!r}."
         )
     generation_kwargs = dict(generation_kwargs or {})
-    if generation_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError(
-            f"Evaluation scores one hypothesis per source, got num_return_sequences="
-            f"{generation_kwargs['num_return_sequences']}. Drop it from generation_kwargs."
-        )
+    if n_best > 1:
+        generation_kwargs["num_return_sequences"] = n_best
+    if scores:
+        generation_kwargs |= {"return_dict_in_generate": True, "output_scores": True}
     lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
     cut = [length for length in lengths if length > max_input_tokens]
     if cut:
@@ -81,7 +115,7 @@ def translate(
         )
     lengths = [min(length, max_input_tokens) for length in lengths]
     order = sorted(range(len(sources)), key=lambda index: -lengths[index])
-    hypotheses: list[str] = [""] * len(sources)
+    hypotheses: list[list[Hypothesis]] = [[] for _ in sources]
     model.eval()
     with tqdm(total=len(sources), desc="translating", unit="sent", disable=not progress) as bar:
         for start in range(0, len(order), batch_size):
@@ -94,14 +128,37 @@ def translate(
                 return_tensors="pt",
             ).to(model.device)
             with torch.inference_mode():
-                output_ids = model.generate(
+                output = model.generate(
                     input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generation_kwargs
                 )
+                output_ids = output.sequences if scores else output
+                sequence_scores = _sequence_scores(model, output, generation_kwargs).tolist() if scores else None
             texts = tokenizer.batch_decode(output_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            for index, text in zip(indices, texts, strict=True):
-                hypotheses[index] = text.strip()
+            for row, text in enumerate(texts):  # rows: n_best per source, best first (generate's order)
+                score = sequence_scores[row] if sequence_scores is not None else None
+                hypotheses[indices[row // n_best]].append(Hypothesis(text.strip(), score))
             bar.update(len(indices))
     return hypotheses
+
+
+def _sequence_scores(model: PreTrainedModel, output: Any, generation_kwargs: dict[str, Any]) -> torch.Tensor:
+    """(rows,) the `Hypothesis` score of each generated sequence: beam search's own `sequences_scores`, or for greedy
+    decoding the same formula from the step scores (the tokens after EOS, padding, left out)."""
+    if getattr(output, "sequences_scores", None) is not None:
+        return output.sequences_scores.float()
+    config = model.generation_config
+    tokens = output.sequences[:, -len(output.scores) :]  # the generated tokens, after the decoder start token
+    log_probs = model.compute_transition_scores(output.sequences, output.scores, normalize_logits=True).float()
+    eos_ids = torch.tensor(config.eos_token_id if config.eos_token_id is not None else [], dtype=tokens.dtype)
+    eos = torch.isin(tokens, eos_ids.reshape(-1).to(tokens.device))
+    kept = eos.cumsum(-1) - eos.long() == 0  # up to and including the first EOS
+    lengths = kept.sum(-1).clamp(min=1).float()
+    alpha = generation_kwargs.get("length_penalty", config.length_penalty)
+    if generation_kwargs.get("length_penalty_type", getattr(config, "length_penalty_type", None)) == "gnmt":
+        penalty = ((5 + lengths) / 6) ** alpha  # gnmt_length_penalty, on a tensor
+    else:
+        penalty = lengths**alpha
+    return log_probs.masked_fill(~kept, 0.0).sum(-1) / penalty
 
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
@@ -189,9 +246,11 @@ def write_results_json(path: str | Path, results: dict[str, Any]) -> Path:
 
 __all__ = [
     "OUT_OF_DOMAIN",
+    "Hypothesis",
     "evaluate_translations",
     "out_of_domain_translation",
     "score_translations",
     "translate",
+    "translate_n_best",
     "write_results_json",
 ]

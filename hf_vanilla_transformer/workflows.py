@@ -15,11 +15,12 @@ its Hub repository (`push` uploads it) and which `pipeline("translation", model=
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # torch and transformers load with the workflow that needs th
     from transformers import PreTrainedTokenizerBase
 
     from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from .evaluation import Hypothesis
     from .training import VanillaSeq2SeqTrainingArguments
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
@@ -43,6 +45,8 @@ RESULTS_FILE = "results.json"
 ATTENTION_DIR = "attention"
 # The budget options: a recipe's budget applies as a whole unless one of them is given.
 BUDGET = ("max_time", "max_steps", "epochs")
+# Where `translate` decodes: "auto" is the GPU when torch sees one, else the CPU.
+DEVICES = ("auto", "cpu", "cuda")
 
 
 class WorkflowError(ValueError):
@@ -62,6 +66,19 @@ def writable_folder(path: str | os.PathLike, option: str) -> Path:
             f"`{option}` {path} is not a writable folder ({error.strerror or error}). Choose a folder you can "
             "write to."
         ) from None
+    return path
+
+
+def writable_file(path: str | os.PathLike, option: str, kind: str, example: str) -> Path:
+    """`path` as a Path after checking that it is no folder and that its folder (created if needed) is writable;
+    `option` names it in the error, `kind` says what it holds ("JSON"), `example` is a file name to suggest."""
+    path = Path(path)
+    if path.is_dir():
+        raise WorkflowError(
+            f"`{option}` {path} is a folder; it names the {kind} file to write. Pass a file name, e.g. "
+            f"{path / example}."
+        )
+    writable_folder(path.parent, option)
     return path
 
 
@@ -140,14 +157,21 @@ def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: st
     return src_lang or trained_src, tgt_lang or trained_tgt
 
 
-def load_model(model_dir: str | os.PathLike, trust_remote_code: bool = False, **kwargs: Any) -> Any:
-    """A saved model for decoding, on the GPU when there is one (evaluation is mostly beam search). Code that comes
-    with the folder runs only with `trust_remote_code` (transformers would otherwise ask on the terminal)."""
+def load_model(
+    model_dir: str | os.PathLike, trust_remote_code: bool = False, device: str = "auto", **kwargs: Any
+) -> Any:
+    """A saved model for decoding on `device` (one of DEVICES): "auto" is the GPU when there is one (evaluation is
+    mostly beam search). Code that comes with the folder runs only with `trust_remote_code` (transformers would
+    otherwise ask on the terminal)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
+    if device not in DEVICES:
+        raise WorkflowError(f"`--device` must be one of {', '.join(DEVICES)}, got {device!r}.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise WorkflowError("`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu (or auto).")
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
-    return model.to("cuda") if torch.cuda.is_available() else model
+    return model.to("cuda") if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else model
 
 
 def load_tokenizer(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Any:
@@ -888,12 +912,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         pairs = load_multi30k(src_lang, tgt_lang, splits=(options.split,))[options.split]
         sources, references = list(pairs["source"]), list(pairs["target"])
     if options.output is not None:  # checked before decoding, which can take long
-        if Path(options.output).is_dir():
-            raise WorkflowError(
-                f"`--output` {options.output} is a folder; it names the JSON file to write. Pass a file name, e.g. "
-                f"{Path(options.output) / 'scores.json'}."
-            )
-        writable_folder(Path(options.output).parent, "--output")
+        writable_file(options.output, "--output", "JSON", "scores.json")
     model = load_model(model_dir, options.trust_remote_code)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
@@ -916,36 +935,127 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TranslateOptions:
-    """Translate `sentences` with the model in `model_dir` and its own decoding (§6.1 unless `num_beams`)."""
+    """Translate `sentences` (or the lines given to `translate_stream`) with the model in `model_dir` and its own
+    decoding (§6.1: beam 4, GNMT length penalty α = 0.6, at most source length + 50 tokens), changed by the options
+    that are not None: `num_beams`, `length_penalty` (α, with the model's kind of penalty), `max_new_tokens` (a cap
+    on every output, EOS included, beside the paper's per-source limit).
+
+    `batch_size`: lines per chunk; `translate_stream` yields a chunk's translations once it is decoded.
+    `n_best`: None gives the best translation of each line; N gives the N best, each with its score (evaluation's
+    `Hypothesis`); more than one needs at least N beams. `device`: one of DEVICES. `bf16`: decode under bf16 autocast
+    (fast on GPUs and on CPUs with bf16 matrix units; CPUs without them emulate bf16 much slower than float32).
+    """
 
     model_dir: str | os.PathLike
-    sentences: Sequence[str]
+    sentences: Sequence[str] = ()
     batch_size: int = 32
     num_beams: int | None = None
     max_input_tokens: int | None = None
     trust_remote_code: bool = False
+    length_penalty: float | None = None
+    max_new_tokens: int | None = None
+    n_best: int | None = None
+    device: str = "auto"
+    bf16: bool = False
+
+
+def _check_translate_options(options: TranslateOptions) -> None:
+    """One-line errors for values the command line's parser would have refused (library callers)."""
+    import math
+
+    counts = (("--batch-size", options.batch_size), ("--num-beams", options.num_beams))
+    counts += (("--max-new-tokens", options.max_new_tokens), ("--n-best", options.n_best))
+    for option, value in counts:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise WorkflowError(f"`{option}` must be a positive integer, got {value!r}.")
+    penalty = options.length_penalty
+    if penalty is not None and (isinstance(penalty, bool) or not math.isfinite(penalty)):
+        raise WorkflowError(f"`--length-penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
+
+
+def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = None) -> Iterator[list[Hypothesis]]:
+    """Translate `lines` (default: `options.sentences`), read lazily in chunks of `options.batch_size`: for each
+    line, in order, its hypotheses (one, or `n_best` best first with scores), yielded as soon as its chunk is
+    decoded, so that a line read from a pipe is translated before the pipe closes. A blank (empty or white-space)
+    line is not sent to the model and yields an empty list. The model loads at the first `next()`."""
+    import torch
+    from transformers import GenerationConfig
+
+    from .evaluation import translate_n_best
+
+    _check_translate_options(options)
+    model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    n_best = options.n_best or 1
+    if options.num_beams is not None:
+        beams = options.num_beams
+    elif (model_dir / "generation_config.json").is_file():  # read alone: checked before the model loads
+        beams = GenerationConfig.from_pretrained(model_dir).num_beams or 1
+    else:
+        beams = 1
+    if n_best > beams:
+        raise WorkflowError(
+            f"`--n-best` {n_best} needs at least {n_best} beams, but the decoding has {beams} (--num-beams, else the "
+            f"model's generation_config.json). Pass --num-beams {n_best} or more, or a smaller --n-best."
+        )
+    model = load_model(model_dir, options.trust_remote_code, options.device)
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
+    if options.bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise WorkflowError("`--bf16`: this GPU has no bf16 support. Drop --bf16.")
+    generation_kwargs = {
+        name: value
+        for name, value in (
+            ("num_beams", options.num_beams),
+            ("length_penalty", options.length_penalty),
+            ("max_new_tokens", options.max_new_tokens),
+        )
+        if value is not None
+    }
+    lines = iter(options.sentences if lines is None else lines)
+    while chunk := list(itertools.islice(lines, options.batch_size)):
+        sources = [line for line in chunk if line.strip()]
+        # Autocast per chunk, never across a yield: its state would leak into the caller's code between chunks.
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=options.bf16):
+            translated = iter(
+                translate_n_best(
+                    model,
+                    tokenizer,
+                    sources,
+                    options.batch_size,
+                    generation_kwargs,
+                    progress=False,
+                    max_input_tokens=options.max_input_tokens,
+                    n_best=n_best,
+                    scores=options.n_best is not None,
+                )
+                if sources
+                else []
+            )
+        for line in chunk:
+            yield next(translated) if line.strip() else []
+
+
+# Only "\n" (and "\r\n") end a line of the input (data.decode_lines) and "\t" separates the n-best columns.
+_ONE_FIELD = str.maketrans("\t\r\n", "   ")
+
+
+def translation_line(hypotheses: list[Hypothesis]) -> str:
+    """One output line for one input line, as `translate` prints it: the translation; or, for hypotheses with
+    scores (`n_best`), `translation<TAB>score` pairs joined by tabs, best first (so `cut -f1` gives the best
+    translation); an empty line for a blank input line. Tabs and line breaks inside a translation become spaces,
+    so that columns and lines stay aligned with the input."""
+    texts = [hypothesis.text.translate(_ONE_FIELD) for hypothesis in hypotheses]
+    if all(hypothesis.score is None for hypothesis in hypotheses):
+        return texts[0] if texts else ""
+    return "\t".join(f"{text}\t{hypothesis.score:.4f}" for text, hypothesis in zip(texts, hypotheses, strict=True))
 
 
 def translate(options: TranslateOptions) -> list[str]:
-    """One translation per sentence, in input order; sources longer than `max_input_tokens` (default: the
-    tokenizer's limit) are cut, with one warning that counts them."""
-    from .evaluation import translate as translate_batches
-
-    model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    """The best translation of each of `options.sentences`, in input order ("" for a blank line); sources longer
+    than `max_input_tokens` (default: the tokenizer's limit) are cut, with one warning per chunk that counts them."""
+    model_folder(options.model_dir, options.trust_remote_code)
     if not options.sentences:
         raise WorkflowError("Nothing to translate: pass sentences as arguments, with --input or on stdin.")
-    model = load_model(model_dir, options.trust_remote_code)
-    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
-    generation_kwargs = _generation_kwargs(options.num_beams)
-    return translate_batches(
-        model,
-        tokenizer,
-        list(options.sentences),
-        options.batch_size,
-        generation_kwargs,
-        progress=False,
-        max_input_tokens=options.max_input_tokens,
-    )
+    return [hypotheses[0].text if hypotheses else "" for hypotheses in translate_stream(options)]
 
 
 # ---------------------------------------------------------------------------------------------------- average
@@ -1217,5 +1327,8 @@ __all__ = [
     "train",
     "trained_languages",
     "translate",
+    "translate_stream",
+    "translation_line",
+    "writable_file",
     "writable_folder",
 ]

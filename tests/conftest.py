@@ -108,3 +108,23 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactor
         monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
         monkeypatch.setenv("HF_TOKEN", "fake-token")
         yield url, state
+
+
+@pytest.fixture(scope="module")
+def bpe_model(tmp_path_factory):
+    """A tiny untrained model with a byte-level BPE (which keeps "\r" as a token, as the real tokenizer does)."""
+    import gzip
+
+    from hf_vanilla_transformer.data import MULTI30K_DIR
+    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+    from hf_vanilla_transformer.tokenization import special_token_ids, train_bpe_tokenizer
+
+    with gzip.open(MULTI30K_DIR / "train.en.gz", "rt", encoding="utf-8") as handle:
+        lines = [next(handle).strip() for _ in range(200)]
+    tokenizer = train_bpe_tokenizer(lines, vocab_size=300)
+    model = tiny_model(vocab_size=len(tokenizer), **special_token_ids(tokenizer))
+    model.generation_config = paper_generation_config(model.config)
+    folder = tmp_path_factory.mktemp("bpe") / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

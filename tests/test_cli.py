@@ -255,25 +255,6 @@ def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, c
 # Each error is one line on stderr with exit status 2, naming the file or option and the fix.
 
 
-@pytest.fixture(scope="module")
-def bpe_model(tmp_path_factory):
-    """A tiny untrained model with a byte-level BPE (which keeps "\r" as a token, as the real tokenizer does)."""
-    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-    from hf_vanilla_transformer.tokenization import special_token_ids, train_bpe_tokenizer
-
-    from .conftest import tiny_model
-
-    with gzip.open(MULTI30K_DIR / "train.en.gz", "rt", encoding="utf-8") as handle:
-        lines = [next(handle).strip() for _ in range(200)]
-    tokenizer = train_bpe_tokenizer(lines, vocab_size=300)
-    model = tiny_model(vocab_size=len(tokenizer), **special_token_ids(tokenizer))
-    model.generation_config = paper_generation_config(model.config)
-    folder = tmp_path_factory.mktemp("bpe") / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def one_line_error(code: int, err: str, *parts: str) -> None:
     assert code == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err

@@ -1,0 +1,195 @@
+"""`translate` as a command-line tool: stdin streamed in chunks (a line piped in is translated before the pipe
+closes), line order and blank lines kept, --output, --n-best with scores, --bf16, and one-line errors."""
+
+import gzip
+import io
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_vanilla_transformer import evaluation, workflows
+from hf_vanilla_transformer.evaluation import Hypothesis
+from hf_vanilla_transformer.workflows import TranslateOptions, translate_stream, translation_line
+
+from .test_cli import one_line_error, run
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--num-beams", "1", "--max-new-tokens", "6"]
+
+
+def stdin_run(folder, data: bytes, capsys, monkeypatch, *options: str) -> tuple[int, str, str]:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="\n"))
+    return run(["translate", str(folder), *options], capsys)
+
+
+def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) -> None:
+    """The real thing: a subprocess whose stdin stays open answers each chunk (--batch-size 2: a line and a blank
+    line) at once; the last, shorter chunk comes when stdin closes."""
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(bpe_model), *FAST, "--batch-size", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO
+    )
+    lines: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    try:
+        process.stdin.write(b"A dog runs.\n\n")
+        process.stdin.flush()
+        first = [lines.get(timeout=240) for _ in range(2)]  # a hang here: nothing came before stdin closed
+        assert process.poll() is None, "the process ended before stdin closed"
+        process.stdin.write(b"Two men.\n")
+        process.stdin.close()
+        assert process.wait(timeout=120) == 0, process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    rest = [lines.get(timeout=60)]
+    assert first[1] == b"\n" and first[0].strip() and rest[0].strip()
+    code, out, _ = run(["translate", str(bpe_model), "A dog runs.", "Two men.", *FAST], capsys)
+    assert code == 0 and out.encode().split(b"\n")[:2] == [first[0].rstrip(b"\n"), rest[0].rstrip(b"\n")]
+
+
+def test_stream_keeps_order_and_blank_lines_and_reads_lazily(tmp_path, monkeypatch) -> None:
+    """translate_stream's own logic, with the decoding replaced by upper-casing: chunks of batch_size lines, blank
+    (or white-space) lines never sent to the model, a chunk yielded before the next line is read, bf16 autocast on
+    during decoding only when asked."""
+    from .conftest import tiny_model, tiny_tokenizer
+
+    tiny_model().save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    calls = []
+
+    def upper(model, tokenizer, sources, *args, n_best=1, scores=False, **kwargs):
+        calls.append((list(sources), torch.is_autocast_enabled("cpu")))
+        return [[Hypothesis(source.upper(), -1.0 if scores else None)] for source in sources]
+
+    monkeypatch.setattr(evaluation, "translate_n_best", upper)
+    read = []
+
+    def lines():
+        for line in ["a", "", "b", "  ", "c", "d", "e"]:
+            read.append(line)
+            yield line
+
+    stream = translate_stream(TranslateOptions(tmp_path, batch_size=3, device="cpu"), lines())
+    assert next(stream) == [Hypothesis("A")] and len(read) == 3  # the first chunk, and not a line more
+    assert list(stream) == [[], [Hypothesis("B")], [], [Hypothesis("C")], [Hypothesis("D")], [Hypothesis("E")]]
+    assert calls == [(["a", "b"], False), (["c", "d"], False), (["e"], False)]
+    calls.clear()
+    options = TranslateOptions(tmp_path, ["x", ""], device="cpu", bf16=True, n_best=1)
+    assert [translation_line(hypotheses) for hypotheses in translate_stream(options)] == ["X\t-1.0000", ""]
+    assert calls == [(["x"], True)]
+    assert workflows.translate(TranslateOptions(tmp_path, ["x", "", "y"], device="cpu")) == ["X", "", "Y"]
+
+
+def test_translation_line_keeps_one_line_and_its_columns() -> None:
+    assert translation_line([Hypothesis("a\tb\r\nc")]) == "a b  c"
+    assert translation_line([Hypothesis("a b", -0.5), Hypothesis("a\tc", -1.25)]) == "a b\t-0.5000\ta c\t-1.2500"
+    assert translation_line([]) == ""
+
+
+def test_n_best_lines_are_pairs_of_translation_and_score(bpe_model, capsys, monkeypatch) -> None:
+    data = b"A man in a blue shirt.\n\nTwo dogs play in the snow.\n"
+    options = ["--num-beams", "3", "--max-new-tokens", "6"]
+    code, plain, _ = stdin_run(bpe_model, data, capsys, monkeypatch, *options)
+    assert code == 0
+    code, out, _ = stdin_run(bpe_model, data, capsys, monkeypatch, *options, "--n-best", "3")
+    assert code == 0 and out.count("\n") == 3
+    best, blank, best2 = out.split("\n")[:3]
+    assert blank == ""
+    for line, translation in zip((best, best2), (plain.split("\n")[0], plain.split("\n")[2]), strict=True):
+        fields = line.split("\t")
+        assert len(fields) == 6 and fields[0] == translation  # `cut -f1` is the plain translation
+        scores = [float(score) for score in fields[1::2]]
+        assert all(score < 0 for score in scores) and scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_scores_are_log_probability_over_the_length_penalty(num_beams) -> None:
+    """A hypothesis's score is the sum of its tokens' log-probabilities under the model (teacher-forced) divided by
+    GNMT's ((5 + |Y|) / 6)^α: beam search's own score, and the same formula for greedy decoding."""
+    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+
+    from .conftest import tiny_model
+
+    model = tiny_model(seed=1).eval()
+    model.generation_config = paper_generation_config(model.config)
+    source = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])  # 1: padding
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    kwargs = {"num_beams": num_beams, "num_return_sequences": num_beams, "max_new_tokens": 5}
+    kwargs |= {"return_dict_in_generate": True, "output_scores": True}
+    with torch.inference_mode():
+        output = model.generate(input_ids=source, attention_mask=mask, **kwargs)
+        scores = evaluation._sequence_scores(model, output, kwargs)
+        rows = output.sequences
+        sources, masks = (tensor.repeat_interleave(num_beams, dim=0) for tensor in (source, mask))
+        logits = model(input_ids=sources, attention_mask=masks, decoder_input_ids=rows[:, :-1]).logits
+    log_probs = logits.log_softmax(-1).gather(-1, rows[:, 1:, None])[..., 0]
+    eos = model.config.eos_token_id
+    for row in range(len(rows)):
+        tokens = rows[row, 1:].tolist()
+        length = tokens.index(eos) + 1 if eos in tokens else len(tokens)
+        expected = log_probs[row, :length].sum().item() / ((5 + length) / 6) ** 0.6
+        assert math.isclose(scores[row].item(), expected, rel_tol=1e-4), (row, tokens)
+
+
+def test_output_file_and_gzip_input(bpe_model, capsys, monkeypatch, tmp_path) -> None:
+    lines = ["A dog.", "", "A girl in a red coat."]
+    with gzip.open(tmp_path / "in.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    code, printed, _ = stdin_run(bpe_model, ("\n".join(lines) + "\n").encode(), capsys, monkeypatch, *FAST)
+    assert code == 0
+    argv = ["translate", str(bpe_model), *FAST, "--input", str(tmp_path / "in.txt.gz")]
+    code, out, _ = run([*argv, "--output", str(tmp_path / "out" / "translations.txt")], capsys)
+    assert code == 0 and out == ""
+    assert (tmp_path / "out" / "translations.txt").read_text(encoding="utf-8") == printed
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--n-best", "5"], "`--n-best` 5 needs at least 5 beams, but the decoding has 4"),
+        (["--n-best", "2", "--num-beams", "1"], "Pass --num-beams 2 or more, or a smaller --n-best"),
+        (["--length-penalty", "nan"], "`--length-penalty` must be a finite number"),
+        (["--n-best", "0"], "argument --n-best: must be a positive integer, got '0'"),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    ],
+)
+def test_bad_values_are_one_line_and_write_nothing(bpe_model, capsys, monkeypatch, tmp_path, options, message) -> None:
+    output = tmp_path / "out.txt"
+    code, out, err = stdin_run(bpe_model, b"A dog.\n", capsys, monkeypatch, *options, "--output", str(output))
+    if message.startswith("argument"):  # argparse's own: the usage, then the one line
+        assert code == 2 and message in err.splitlines()[-1], err
+    else:
+        one_line_error(code, err, message)
+    assert out == "" and not output.exists()
+
+
+def test_device_cuda_without_a_gpu_is_one_line(bpe_model, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = stdin_run(bpe_model, b"A dog.\n", capsys, monkeypatch, "--device", "cuda")
+    one_line_error(code, err, "`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu")
+
+
+def test_output_paths_are_checked_first(bpe_model, capsys, tmp_path) -> None:
+    (tmp_path / "in.txt").write_text("A dog.\n")
+    argv = ["translate", str(bpe_model), "--input", str(tmp_path / "in.txt"), "--output"]
+    one_line_error(*run([*argv, str(tmp_path)], capsys)[::2], f"`--output` {tmp_path} is a folder")
+    one_line_error(*run([*argv, str(tmp_path / "in.txt")], capsys)[::2], "is the --input file")
+    assert (tmp_path / "in.txt").read_text() == "A dog.\n"
+
+
+def test_bytes_that_are_not_utf8_stop_the_stream_at_their_line(bpe_model, capsys, monkeypatch) -> None:
+    """Chunks before the bad line are already printed (they were done); the error names stdin and the line."""
+    data = b"A dog.\nA cat.\nCaf\xe9 au lait.\nA girl.\n"
+    code, out, err = stdin_run(bpe_model, data, capsys, monkeypatch, *FAST, "--batch-size", "1")
+    one_line_error(code, err, "stdin is not UTF-8 text: line 3 has the byte 0xe9", "iconv")
+    assert out.count("\n") == 2
