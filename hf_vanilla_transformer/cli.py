@@ -410,7 +410,7 @@ def run_translate(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as transformers_logging
 
-    from .data import read_lines, stream_lines
+    from .data import LineStream, read_lines
     from .workflows import (
         TranslateOptions,
         WorkflowError,
@@ -435,7 +435,7 @@ def run_translate(args: argparse.Namespace) -> int:
     elif args.input is not None:
         lines = read_lines(existing_file(args.input, "--input"))
     else:
-        lines = stream_lines(sys.stdin.buffer, "stdin")
+        lines = LineStream(sys.stdin.buffer, "stdin")
     names = (
         *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
         *("max_new_tokens", "n_best", "device", "bf16"),

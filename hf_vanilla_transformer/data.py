@@ -17,11 +17,13 @@ the log, pairs with an empty side or with more than `max_length` tokens on a sid
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import logging
+import os
+import select
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -77,16 +79,57 @@ def read_lines(path: str | Path) -> list[str]:
     return decode_lines(data, str(path))
 
 
-def stream_lines(handle: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of the UTF-8 stream `handle` (e.g. stdin), decoded one at a time as they arrive, with the line
-    ends, UTF-8 rule and error (naming `name` and the line) of `decode_lines`."""
-    for number, line in enumerate(handle, start=1):
+class LineStream:
+    """The lines of the UTF-8 stream `handle` (e.g. stdin), decoded one at a time as they arrive, with the line ends,
+    UTF-8 rule and error (naming `name` and the line) of `decode_lines`. `ready()` says, without waiting, whether a
+    next line (or the end) is there already: what lets `translate` answer a line piped in at once and still batch a
+    burst of lines. A handle without a file descriptor (in memory) is always ready."""
+
+    def __init__(self, handle: BinaryIO, name: str) -> None:
+        self._handle, self._name = handle, name
+        try:
+            self._fd: int | None = handle.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both an OSError and a ValueError
+            self._fd = None
+        self._lines: collections.deque[bytes] = collections.deque()
+        self._partial = b""
+        self._ended = False
+        self._number = 0
+
+    def _read(self) -> None:
+        # os.read returns what the pipe holds now (at least a byte): a buffered read would wait to fill its buffer.
+        data = os.read(self._fd, 1 << 16) if self._fd is not None else self._handle.read1(1 << 16)
+        if not data:
+            self._ended = True
+            if self._partial:  # a last line without its "\n"
+                self._lines.append(self._partial)
+            return
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        self._lines.extend(complete)
+
+    def ready(self) -> bool:
+        if self._fd is None:
+            return True
+        while not self._lines and not self._ended and select.select([self._fd], [], [], 0)[0]:
+            self._read()
+        return bool(self._lines) or self._ended
+
+    def __iter__(self) -> LineStream:
+        return self
+
+    def __next__(self) -> str:
+        while not self._lines:
+            if self._ended:
+                raise StopIteration
+            self._read()
+        line = self._lines.popleft()
+        self._number += 1
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            decode_lines(b"\n" * (number - 1) + line, name)  # raises decode_lines' error, with this line's number
+            decode_lines(b"\n" * (self._number - 1) + line, self._name)  # raises its error, with this line's number
             raise
-        yield text.removesuffix("\n").removesuffix("\r")
+        return text.removesuffix("\r")
 
 
 def load_parallel_files(source_path: str | Path, target_path: str | Path) -> Dataset:
@@ -398,6 +441,7 @@ __all__ = [
     "DEFAULT_MAX_LENGTH",
     "MULTI30K_LANGUAGES",
     "MULTI30K_SPLITS",
+    "LineStream",
     "check_language_pair",
     "decode_lines",
     "from_dataset",
@@ -405,6 +449,5 @@ __all__ = [
     "load_multi30k",
     "load_parallel_files",
     "read_lines",
-    "stream_lines",
     "tokenize_pairs",
 ]

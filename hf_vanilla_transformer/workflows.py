@@ -973,11 +973,24 @@ def _check_translate_options(options: TranslateOptions) -> None:
         raise WorkflowError(f"`--length-penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
 
 
+def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
+    """Chunks of at most `size` lines. Lines that say whether more are waiting (`ready()`: data.LineStream on a pipe)
+    make a chunk of what has come as soon as nothing more waits, so a line piped in is answered at once while a burst
+    of lines still fills whole batches; other iterables give chunks of `size`."""
+    ready = getattr(lines, "ready", None)
+    while chunk := list(itertools.islice(lines, 1 if ready is not None else size)):
+        while ready is not None and len(chunk) < size and ready():
+            if (line := next(lines, None)) is None:
+                break
+            chunk.append(line)
+        yield chunk
+
+
 def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = None) -> Iterator[list[Hypothesis]]:
-    """Translate `lines` (default: `options.sentences`), read lazily in chunks of `options.batch_size`: for each
-    line, in order, its hypotheses (one, or `n_best` best first with scores), yielded as soon as its chunk is
-    decoded, so that a line read from a pipe is translated before the pipe closes. A blank (empty or white-space)
-    line is not sent to the model and yields an empty list. The model loads at the first `next()`."""
+    """Translate `lines` (default: `options.sentences`), read lazily in chunks of at most `options.batch_size`
+    (`_chunks`): for each line, in order, its hypotheses (one, or `n_best` best first with scores), yielded as soon
+    as its chunk is decoded, so that a line read from a pipe is translated before the pipe closes. A blank (empty
+    or white-space) line is not sent to the model and yields an empty list. The model loads at the first `next()`."""
     import torch
     from transformers import GenerationConfig
 
@@ -1010,8 +1023,7 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
         )
         if value is not None
     }
-    lines = iter(options.sentences if lines is None else lines)
-    while chunk := list(itertools.islice(lines, options.batch_size)):
+    for chunk in _chunks(iter(options.sentences if lines is None else lines), options.batch_size):
         sources = [line for line in chunk if line.strip()]
         # Autocast per chunk, never across a yield: its state would leak into the caller's code between chunks.
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=options.bf16):

@@ -30,9 +30,9 @@ def stdin_run(folder, data: bytes, capsys, monkeypatch, *options: str) -> tuple[
 
 
 def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) -> None:
-    """The real thing: a subprocess whose stdin stays open answers each chunk (--batch-size 2: a line and a blank
-    line) at once; the last, shorter chunk comes when stdin closes."""
-    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(bpe_model), *FAST, "--batch-size", "2"]
+    """The real thing: a subprocess whose stdin stays open answers what has come (a line and a blank line, fewer than
+    the default --batch-size) at once, and the next line before stdin closes too."""
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(bpe_model), *FAST]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO
@@ -45,13 +45,15 @@ def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) ->
         first = [lines.get(timeout=240) for _ in range(2)]  # a hang here: nothing came before stdin closed
         assert process.poll() is None, "the process ended before stdin closed"
         process.stdin.write(b"Two men.\n")
+        process.stdin.flush()
+        rest = [lines.get(timeout=240)]
+        assert process.poll() is None, "the process ended before stdin closed"
         process.stdin.close()
         assert process.wait(timeout=120) == 0, process.stderr.read().decode()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    rest = [lines.get(timeout=60)]
     assert first[1] == b"\n" and first[0].strip() and rest[0].strip()
     code, out, _ = run(["translate", str(bpe_model), "A dog runs.", "Two men.", *FAST], capsys)
     assert code == 0 and out.encode().split(b"\n")[:2] == [first[0].rstrip(b"\n"), rest[0].rstrip(b"\n")]
@@ -193,3 +195,20 @@ def test_bytes_that_are_not_utf8_stop_the_stream_at_their_line(bpe_model, capsys
     code, out, err = stdin_run(bpe_model, data, capsys, monkeypatch, *FAST, "--batch-size", "1")
     one_line_error(code, err, "stdin is not UTF-8 text: line 3 has the byte 0xe9", "iconv")
     assert out.count("\n") == 2
+
+
+def test_chunks_answer_what_has_come_and_batch_a_burst() -> None:
+    """On a pipe, a chunk is what has arrived (up to --batch-size): a burst of 5 lines is one chunk of 3 and one of
+    2, a line written alone later is a chunk alone (not held back for more); the end comes after the last line."""
+    from hf_vanilla_transformer.data import LineStream
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb", buffering=0) as reader:
+        stream = workflows._chunks(LineStream(reader, "stdin"), 3)
+        os.write(write_end, b"a\nb\nc\nd\ne\n")
+        assert next(stream) == ["a", "b", "c"] and next(stream) == ["d", "e"]
+        os.write(write_end, "caf\u00e9\r\n".encode())
+        assert next(stream) == ["caf\u00e9"]
+        os.write(write_end, b"last line without its end")
+        os.close(write_end)
+        assert list(stream) == [["last line without its end"]]
