@@ -452,8 +452,11 @@ def _check_eval_options(options: TrainOptions) -> list[str]:
 
     if options.average not in AVERAGE_MODES:
         raise WorkflowError(f"`--average {options.average}` is not one of {', '.join(AVERAGE_MODES)}. Pick one.")
-    for option, check in (("--average-span", AverageSpan.parse), ("--eval-every", parse_eval_every)):
-        value = options.average_span if option == "--average-span" else options.eval_every
+    checks = (
+        ("--average-span", options.average_span, AverageSpan.parse),
+        ("--eval-every", options.eval_every, parse_eval_every),
+    )
+    for option, value, check in checks:
         try:
             check(value)
         except ValueError as error:
@@ -857,9 +860,11 @@ def _train_checked(
             f"{decoding}; its time counts in the wall-clock budget (--max-time)",
             flush=True,
         )
-    if options.average != "last":
-        k = options.average_last
-        keep = lambda infos: [info.path for info in selectable_checkpoints(infos, options.average, k, span)]  # noqa: E731
+    if options.average != "last":  # keep what the mode may still pick; `last` keeps by save_total_limit
+
+        def keep(infos: list) -> list[Path]:
+            return [info.path for info in selectable_checkpoints(infos, options.average, options.average_last, span)]
+
         trainer.add_callback(CheckpointRetentionCallback(checkpoint_dir, keep))
     if options.curve_every is not None:
         trainer.add_callback(LearningCurveCallback(trainer, output_dir / CURVE_DIR, options.curve_every))
