@@ -6,6 +6,12 @@ as written by `save_pretrained` / the Trainer, or single .safetensors files), ac
 to each tensor's dtype (fairseq's `average_checkpoints.py` semantics). Non-float tensors must be equal in every
 checkpoint. Checkpoints that disagree in keys, shapes, dtypes or config.json are refused with the difference named.
 `write_averaged_model` turns the mean into a Hub-ready model folder.
+
+Which checkpoints (`select_checkpoints`, `train --average`): the last k (§6.1, "last"), the k with the best dev
+BLEU ("best"), or k spread evenly over the end of the run ("spread": the checkpoints nearest to the times
+end, end - span/k, ..., end - (k-1)·span/k, where `AverageSpan` is a share of the run's training time or a
+duration; with span = k × the checkpoint interval it is "last", the paper's 5 checkpoints 10 minutes apart).
+`checkpoint_infos` reads each checkpoint's step, training time and dev BLEU from its trainer_state.json.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -152,6 +159,143 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
     return [path for _, path in found[-n:]]
 
 
+AVERAGE_MODES = ("last", "best", "spread")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A Trainer checkpoint: its folder, update, training seconds when saved (the wall clock of
+    training.WallClockCallback, None where not recorded) and dev BLEU of the evaluation at that update (None: none)."""
+
+    path: Path
+    step: int
+    seconds: float | None = None
+    bleu: float | None = None
+
+
+def checkpoint_infos(folder: str | Path) -> list[CheckpointInfo]:
+    """The complete checkpoints `checkpoint-N` of `folder`, oldest first, with what their trainer_state.json says."""
+    infos = []
+    for child in Path(folder).glob("checkpoint-*"):
+        step = checkpoint_step(child)
+        if step is None or not child.is_dir():
+            continue
+        try:
+            state = json.loads((child / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a save that did not finish
+            continue
+        clock = state.get("stateful_callbacks", {}).get("WallClockCallback", {})
+        clock = clock[-1] if isinstance(clock, list) and clock else clock
+        seconds = clock.get("attributes", {}).get("elapsed_before") if isinstance(clock, dict) else None
+        history = state.get("log_history", [])
+        scores = [log["eval_bleu"] for log in history if "eval_bleu" in log and log.get("step") == step]
+        infos.append(CheckpointInfo(child, step, seconds, scores[-1] if scores else None))
+    return sorted(infos, key=lambda info: info.step)
+
+
+@dataclass(frozen=True)
+class AverageSpan:
+    """The end of a run that `--average spread` spreads its checkpoints over: a `fraction` of the run's training
+    time (e.g. "50%") or a number of `seconds` (e.g. "30m")."""
+
+    fraction: float | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, text: str | float) -> AverageSpan:
+        from .training import parse_duration
+
+        value = str(text).strip()
+        if value.endswith("%"):
+            try:
+                percent = float(value[:-1])
+            except ValueError:
+                percent = -1.0
+            if not 0 < percent <= 100:
+                raise ValueError(f"`average_span` {text!r}: a share must lie in (0%, 100%], e.g. 50%.")
+            return cls(fraction=percent / 100)
+        try:
+            return cls(seconds=parse_duration(value))
+        except ValueError:
+            raise ValueError(
+                f"`average_span` {text!r} is neither a share of the run (e.g. 50%) nor a duration (e.g. 30m, 1h)."
+            ) from None
+
+    def start(self, end: float) -> float:
+        """The training time where the span begins, for a run whose last checkpoint is at `end` seconds."""
+        return end * (1 - self.fraction) if self.fraction is not None else end - self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.fraction * 100:g}%" if self.fraction is not None else f"{self.seconds:g}s"
+
+
+def select_last(infos: Sequence[CheckpointInfo], k: int) -> list[CheckpointInfo]:
+    """The last `k` checkpoints (all of them where there are fewer), oldest first (§6.1)."""
+    return sorted(infos, key=lambda info: info.step)[-k:]
+
+
+def select_best(infos: Sequence[CheckpointInfo], k: int) -> list[CheckpointInfo]:
+    """The `k` checkpoints with the highest dev BLEU (of equal scores the later), oldest first; checkpoints without
+    a score are not candidates. Raises ValueError when none has one."""
+    scored = [info for info in infos if info.bleu is not None]
+    if not scored:
+        raise ValueError("No checkpoint has a dev BLEU to pick the best by; train with a validation set.")
+    best = sorted(scored, key=lambda info: (info.bleu, info.step))[-k:]
+    return sorted(best, key=lambda info: info.step)
+
+
+def select_spread(infos: Sequence[CheckpointInfo], k: int, span: AverageSpan) -> list[CheckpointInfo]:
+    """`k` checkpoints spread evenly over the `span` that ends at the last checkpoint: for the times end - i·span/k
+    (i = 0 .. k-1), the nearest checkpoint inside the span not taken yet (of two as near, the later); fewer where the
+    span holds fewer. Oldest first. Checkpoints without a recorded time are not candidates (the last one is always)."""
+    ordered = sorted(infos, key=lambda info: info.step)
+    if not ordered:
+        return []
+    end = ordered[-1].seconds
+    if end is None:
+        return ordered[-1:]
+    start = span.start(end)
+    candidates = [info for info in ordered if info.seconds is not None and info.seconds >= start]
+    chosen: list[CheckpointInfo] = []
+    for index in range(min(k, len(candidates))):
+        target = end - index * (end - start) / k
+        left = [info for info in candidates if info not in chosen]
+        chosen.append(min(left, key=lambda info: (abs(info.seconds - target), -info.step)))
+    return sorted(chosen, key=lambda info: info.step)
+
+
+def select_checkpoints(
+    infos: Sequence[CheckpointInfo], mode: str, k: int, span: AverageSpan | None = None
+) -> list[CheckpointInfo]:
+    """The checkpoints to average for `mode` in AVERAGE_MODES (see the module docstring), oldest first."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`k` must be a positive integer, got {k!r}.")
+    if mode == "last":
+        return select_last(infos, k)
+    if mode == "best":
+        return select_best(infos, k)
+    if mode == "spread":
+        return select_spread(infos, k, span or AverageSpan(fraction=0.5))
+    raise ValueError(f"`mode` must be one of {AVERAGE_MODES}, got {mode!r}.")
+
+
+def selectable_checkpoints(
+    infos: Sequence[CheckpointInfo], mode: str, k: int, span: AverageSpan | None = None
+) -> list[CheckpointInfo]:
+    """The checkpoints that `select_checkpoints(..., mode, k, span)` may still pick when the run goes on from its
+    last one: what training keeps where not only the last ones are averaged ("best": the k best so far; "spread":
+    those inside the span that ends now, as a later end only moves the span's start later)."""
+    if mode == "best":
+        return select_best(infos, k) if any(info.bleu is not None for info in infos) else []
+    if mode == "spread":
+        end = max((info.seconds for info in infos if info.seconds is not None), default=None)
+        if end is None:
+            return list(infos)
+        start = (span or AverageSpan(fraction=0.5)).start(end)
+        return [info for info in infos if info.seconds is None or info.seconds >= start]
+    return select_last(infos, k)
+
+
 def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
     """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
     files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one.
@@ -196,10 +340,19 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
 
 
 __all__ = [
+    "AVERAGE_MODES",
+    "AverageSpan",
+    "CheckpointInfo",
     "average_checkpoints",
+    "checkpoint_infos",
     "checkpoint_step",
     "is_complete_checkpoint",
     "last_checkpoints",
     "load_safetensors_checkpoint",
+    "select_best",
+    "select_checkpoints",
+    "select_last",
+    "select_spread",
+    "selectable_checkpoints",
     "write_averaged_model",
 ]

@@ -114,6 +114,8 @@ _TRAIN_OPTIONS = (
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
+    *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
+    *("early_stopping_patience", "keep_best"),
 )
 
 
@@ -247,7 +249,24 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         help="checkpoint interval in seconds or as 10m (the paper: 10m); checkpoints are also written each epoch",
     )
     budget.add_argument(
-        "--average-last", type=_positive_int, default=recipe.average_last, help="checkpoints averaged (1 = last)"
+        "--average-last",
+        "--average-checkpoints",
+        type=_positive_int,
+        default=recipe.average_last,
+        help="k, the number of checkpoints averaged into the final model (1 = one checkpoint)",
+    )
+    budget.add_argument(
+        "--average",
+        choices=("last", "best", "spread"),
+        default=recipe.average,
+        help="which k checkpoints: the last ones (§6.1), the best by dev BLEU (needs a dev set), or spread evenly "
+        "over --average-span at the end of the run (the paper's 10-minute intervals)",
+    )
+    budget.add_argument(
+        "--average-span",
+        default=recipe.average_span,
+        help="with --average spread: the end of the run the k checkpoints are spread over, as a share of its "
+        "training time (50%%) or a duration (30m)",
     )
     budget.add_argument(
         "--curve-every",
@@ -260,6 +279,36 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     budget.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
     budget.add_argument(
         "--overwrite", action="store_true", help="delete the folder's old checkpoints and start afresh"
+    )
+
+    dev = parser.add_argument_group("validation during training (with --valid-src/--valid-tgt)")
+    dev.add_argument(
+        "--eval-every",
+        help="score the dev set: 'save' = at each checkpoint save (default), N = every N updates (500), or a "
+        "duration with its unit = every so much training time (10m, 90s); each evaluation saves a checkpoint",
+    )
+    dev.add_argument(
+        "--eval-num-beams", type=_positive_int, help="beam size of the dev decoding (default: greedy; the paper: 4)"
+    )
+    dev.add_argument(
+        "--eval-max-sentences", type=_positive_int, default=1000, help="score at most the first N dev pairs"
+    )
+    dev.add_argument(
+        "--report-to",
+        default="none",
+        help="send the logs (loss, dev BLEU, chrF) to these integrations, comma-separated: tensorboard (event "
+        "files in OUTPUT_DIR/checkpoints/runs), wandb, ...; 'none' = the printed log only",
+    )
+    dev.add_argument(
+        "--early-stopping-patience",
+        type=_positive_int,
+        help="stop after N evaluations in a row without a better dev BLEU",
+    )
+    dev.add_argument(
+        "--keep-best",
+        action="store_true",
+        default=None,
+        help="keep the checkpoint with the best dev BLEU, whatever the checkpoint limit removes",
     )
 
     output = parser.add_argument_group("output and evaluation")

@@ -1,4 +1,6 @@
-"""Learning curves: validation BLEU of the snapshots a run saved (`train --curve-every 5m`) against training minutes.
+"""Learning curves: validation BLEU against training minutes, from the dev evaluations during training (any run
+with a validation set: `dev_curve_points` of the Trainer's log history, `write_dev_curve`), or from the snapshots a
+run saved (`train --curve-every 5m`, Multi30k validation scored after the run).
 
 The snapshots are scored after training, so the curve costs no training time; their decoding is greedy unless told
 otherwise. The plot shows the run's own curve; other curves (another run's `learning_curve.json`, or reference
@@ -99,10 +101,48 @@ def evaluate_snapshots(
     return points
 
 
+def dev_curve_points(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per dev evaluation of a Trainer's `log_history` (training.DevEvaluationCallback): updates, epoch,
+    wall-clock seconds and minutes of the run (evaluations included, as --max-time counts them), dev loss, BLEU,
+    chrF and the evaluation's seconds."""
+    return [
+        {
+            "step": log["step"],
+            "epoch": log.get("epoch"),
+            "seconds": log.get("elapsed_seconds"),
+            "minutes": round(log.get("elapsed_seconds", 0.0) / 60, 2),
+            "loss": log.get("eval_loss"),
+            "bleu": log["eval_bleu"],
+            "chrf": log.get("eval_chrf"),
+            "eval_seconds": log.get("eval_runtime"),
+        }
+        for log in log_history
+        if "eval_bleu" in log
+    ]
+
+
+def write_dev_curve(
+    run_dir: str | Path,
+    log_history: Sequence[dict[str, Any]],
+    png: str | Path,
+    compare: str | Path | None = None,
+    decoding: str = "greedy",
+) -> list[dict[str, Any]]:
+    """`dev_curve_points` into `run_dir/learning_curve.json` and their plot (beside the `compare` file's curves, if
+    given) at `png`; nothing where the history holds no dev evaluation. Returns the points."""
+    points = dev_curve_points(log_history)
+    if points:
+        (Path(run_dir) / CURVE_JSON).write_text(json.dumps(points, indent=2) + "\n", encoding="utf-8")
+        comparison = load_comparison_curves(compare) if compare is not None else None
+        learning_curve_figure(points, compare=comparison, ylabel=f"dev sacreBLEU ({decoding})").savefig(png, dpi=120)
+    return points
+
+
 def learning_curve_figure(
     points: Sequence[dict[str, Any]],
     label: str = "this run",
     compare: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+    ylabel: str = "validation sacreBLEU (greedy)",
 ) -> Figure:
     """Validation BLEU against training minutes: the run's `points`, and the `compare` curves (by label) if given."""
     from matplotlib.figure import Figure
@@ -114,7 +154,7 @@ def learning_curve_figure(
         minutes, bleu = [p["minutes"] for p in curve], [p["bleu"] for p in curve]
         axes.plot(minutes, bleu, "s--", label=name, color=f"C{index}", alpha=0.8)
     axes.set_xlabel("training wall-clock minutes")
-    axes.set_ylabel("validation sacreBLEU (greedy)")
+    axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="lower right")
     return figure
@@ -160,10 +200,12 @@ __all__ = [
     "CURVE_DIR",
     "CURVE_JSON",
     "CURVE_PNG",
+    "dev_curve_points",
     "evaluate_snapshots",
     "learning_curve_figure",
     "load_comparison_curves",
     "plot_learning_curve",
     "snapshot_folders",
+    "write_dev_curve",
     "write_learning_curve",
 ]

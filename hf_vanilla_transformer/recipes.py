@@ -28,7 +28,9 @@ HOUR = 3600.0
 class Recipe:
     """The settings of one kind of training run. Durations are in seconds; `None` budgets are unlimited (at least
     one of `max_time`, `max_steps` and `epochs` is set). `lr` is the peak learning rate for `schedule="inverse_sqrt"`
-    and the factor on eq. (3) for `schedule="paper"` (1.0 = the paper)."""
+    and the factor on eq. (3) for `schedule="paper"` (1.0 = the paper). The final model averages `average_last`
+    checkpoints chosen by `average` ("last", "best" by dev BLEU, "spread" over `average_span` of the end of the run;
+    averaging.select_checkpoints)."""
 
     name: str
     summary: str
@@ -47,6 +49,8 @@ class Recipe:
     max_steps: int | None = None
     epochs: int | None = None
     curve_every: float | None = None
+    average: str = "last"  # §6.1: the last checkpoints
+    average_span: str = "50%"  # "spread" only: a share of the run's training time, or a duration
 
     def __post_init__(self) -> None:
         if self.max_time is None and self.max_steps is None and self.epochs is None:

@@ -12,6 +12,10 @@
 - Wall clock: `max_time` stops training at a budget (saving a checkpoint), `save_every` checkpoints at time
   intervals (the paper: every 10 minutes, §6.1), and the budget survives a resume.
 - Logs: Trainer's tqdm bar and logs, plus target tokens per second.
+- Validation during training (`eval_every`, with an `eval_dataset` and `predict_with_generate`): the dev set is
+  scored (loss, sacreBLEU and chrF of the generated translations) at each checkpoint save, every N updates or every
+  so many seconds; every evaluation saves a checkpoint, so each score belongs to one (for `--keep-best` and
+  `--average best/spread`); `early_stopping_patience` stops after that many evaluations without a better dev BLEU.
 - Deployment: the decoder start token's embedding row is kept at zero (`decoder_start_embedding="zero"`,
   start_embedding.py), as CTranslate2 starts decoding from a zero vector.
 
@@ -54,6 +58,7 @@ from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 LR_SCHEDULES = ("paper", "inverse_sqrt")
 SNAPSHOT_FILE = "snapshot.json"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
+EVAL_AT_SAVES = "save"
 
 
 def parse_duration(text: str | float | int) -> float:
@@ -74,6 +79,40 @@ def parse_duration(text: str | float | int) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"Durations must be positive, got {text!r}.")
     return seconds
+
+
+@dataclass(frozen=True)
+class EvalSchedule:
+    """When the dev set is scored: every `steps` updates, every `seconds` of training (wall clock), or, with
+    neither, at each checkpoint save."""
+
+    steps: int | None = None
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        if self.steps is not None:
+            return f"every {self.steps} updates"
+        if self.seconds is not None:
+            return f"every {self.seconds:g} s of training"
+        return "at each checkpoint save"
+
+
+def parse_eval_every(text: str | None) -> EvalSchedule:
+    """`--eval-every`: "save" (or None) = at each checkpoint save; a whole number = every that many updates ("500");
+    a duration with its unit = every that much training time ("10m", "90s", "1h30m")."""
+    value = EVAL_AT_SAVES if text is None else str(text).strip().lower()
+    if value == EVAL_AT_SAVES:
+        return EvalSchedule()
+    if value.isdigit():
+        if int(value) < 1:
+            raise ValueError(f"`eval_every` {text!r} must be at least 1 update.")
+        return EvalSchedule(steps=int(value))
+    if not _DURATION.search(value):
+        raise ValueError(
+            f"`eval_every` {text!r} is neither 'save', a whole number of updates (e.g. 500) nor a duration with its "
+            "unit (e.g. 10m, 90s)."
+        )
+    return EvalSchedule(seconds=parse_duration(value))
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
@@ -262,6 +301,17 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             "(the export to CTranslate2 then needs --allow-nonzero-start-embedding and decodes differently)."
         },
     )
+    eval_every: str | None = field(
+        default=None,
+        metadata={
+            "help": "With an eval_dataset: score it 'save' = at each checkpoint save, 'N' = every N updates, or '10m' "
+            "= every 10 minutes of training; each evaluation saves a checkpoint. None: the Trainer's eval_strategy."
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "Stop after this many dev evaluations without a better eval_bleu (None: never)."},
+    )
     learning_rate: float = 1.0
     warmup_steps: float = 4000
     adam_beta1: float = 0.9
@@ -280,6 +330,9 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
                 f"`decoder_start_embedding` must be one of {START_EMBEDDING_CHOICES}, got "
                 f"{self.decoder_start_embedding!r}."
             )
+        parse_eval_every(self.eval_every)  # raises on a bad value
+        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
+            raise ValueError(f"`early_stopping_patience` must be at least 1, got {self.early_stopping_patience}.")
         if self.warmup_steps < 1 or self.warmup_steps != int(self.warmup_steps):
             raise ValueError(
                 f"`warmup_steps` must be a whole number of steps >= 1 for both schedules, got {self.warmup_steps}."
@@ -406,6 +459,138 @@ class LearningCurveCallback(TrainerCallback):
         partial.rename(target)
 
 
+class DevEvaluationCallback(TrainerCallback):
+    """Asks the Trainer to score its eval_dataset on the `schedule` (`EvalSchedule`), and to save a checkpoint with
+    every evaluation, so that each dev score belongs to a checkpoint; prints one line per evaluation. Evaluation
+    time is wall-clock time like the rest: it counts against `max_time`, and the line says how much it took."""
+
+    def __init__(self, clock: WallClockCallback, schedule: EvalSchedule) -> None:
+        self.clock = clock
+        self.schedule = schedule
+        self.evaluated_step = -1
+        self.next_at = schedule.seconds or 0.0
+        self.eval_seconds = 0.0
+
+    def on_train_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.evaluated_step = state.global_step  # a resumed run's checkpoint was scored before it was saved
+        if self.schedule.seconds is not None:
+            self.next_at = (math.floor(self.clock.elapsed() / self.schedule.seconds) + 1) * self.schedule.seconds
+
+    def _due(self, state: TrainerState, control: TrainerControl) -> bool:
+        if state.global_step == self.evaluated_step:
+            return False
+        if self.schedule.steps is not None:
+            return state.global_step % self.schedule.steps == 0
+        if self.schedule.seconds is not None:
+            if self.clock.last_elapsed < self.next_at:  # synchronised across processes by WallClockCallback
+                return False
+            self.next_at = (math.floor(self.clock.last_elapsed / self.schedule.seconds) + 1) * self.schedule.seconds
+            return True
+        return control.should_save
+
+    def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self._due(state, control):
+            control.should_evaluate = control.should_save = True
+
+    def on_epoch_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # The epoch-end save (save_strategy="epoch") is a save like the others: scored in "at each save" mode.
+        if self.schedule.steps is None and self.schedule.seconds is None and self._due(state, control):
+            control.should_evaluate = True
+
+    def on_evaluate(self, args, state: TrainerState, control: TrainerControl, metrics=None, **kwargs: Any) -> None:
+        self.evaluated_step = state.global_step
+        metrics = metrics or {}
+        self.eval_seconds += metrics.get("eval_runtime", 0.0)
+        if state.is_world_process_zero and "eval_bleu" in metrics:
+            print(
+                f"Dev at update {state.global_step} ({self.clock.last_elapsed / 60:.1f} min): BLEU "
+                f"{metrics['eval_bleu']:.2f}, chrF {metrics['eval_chrf']:.2f}, loss {metrics['eval_loss']:.4f} "
+                f"({metrics.get('eval_runtime', 0.0):.0f} s, wall-clock time counted in --max-time; "
+                f"{self.eval_seconds:.0f} s of evaluation so far)",
+                flush=True,
+            )
+
+
+class DevBleuEarlyStoppingCallback(TrainerCallback):
+    """Stops training after `patience` dev evaluations in a row without a better `eval_bleu` than the best so far
+    (strictly better; the first evaluation sets the best). A resumed run counts from its log history."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.best: float | None = None
+        self.waited = 0
+
+    def on_train_begin(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        self.best, self.waited = None, 0
+        for log in state.log_history:
+            if "eval_bleu" in log:
+                self._count(log["eval_bleu"])
+
+    def _count(self, bleu: float) -> None:
+        if self.best is None or bleu > self.best:
+            self.best, self.waited = bleu, 0
+        else:
+            self.waited += 1
+
+    def on_evaluate(self, args, state: TrainerState, control: TrainerControl, metrics=None, **kwargs: Any) -> None:
+        if not metrics or "eval_bleu" not in metrics:
+            return
+        self._count(metrics["eval_bleu"])
+        if self.waited >= self.patience:
+            control.should_training_stop = True
+            if state.is_world_process_zero:
+                print(
+                    f"Early stopping at update {state.global_step}: {self.waited} evaluations without a dev BLEU "
+                    f"above {self.best:.2f} (--early-stopping-patience {self.patience})",
+                    flush=True,
+                )
+
+
+class CheckpointRetentionCallback(TrainerCallback):
+    """After each save, deletes the checkpoints of `folder` that `keep` (a function of the checkpoints'
+    `averaging.CheckpointInfo`s, oldest first, returning the paths to keep) does not keep, besides the newest (to
+    resume from) and the Trainer's best_model_checkpoint (`--keep-best`). Used instead of save_total_limit where the
+    checkpoints to average are not simply the last ones (`--average best/spread`)."""
+
+    def __init__(self, folder: str | Path, keep: Any) -> None:
+        self.folder = Path(folder)
+        self.keep = keep
+
+    def on_save(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        from .averaging import checkpoint_infos
+
+        if not state.is_world_process_zero:
+            return
+        infos = checkpoint_infos(self.folder)
+        kept = {info.path.resolve() for info in infos[-1:]} | {Path(p).resolve() for p in self.keep(infos)}
+        if state.best_model_checkpoint is not None:
+            kept.add(Path(state.best_model_checkpoint).resolve())
+        for info in infos:
+            if info.path.resolve() not in kept:
+                shutil.rmtree(info.path, ignore_errors=True)
+
+
+def dev_translation_metrics(tokenizer: Any) -> Any:
+    """`compute_metrics` for `predict_with_generate` evaluation: sacreBLEU (cased, 13a) and chrF of the generated
+    translations against the references, both decoded from ids (evaluation.score_translations)."""
+    from .evaluation import score_translations
+
+    def compute(prediction: Any) -> dict[str, float]:
+        predictions, labels = prediction.predictions, prediction.label_ids
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        pad = tokenizer.pad_token_id
+        predictions = np.where(predictions < 0, pad, predictions)  # the Trainer pads batches with -100
+        labels = np.where(labels < 0, pad, labels)
+        decode = dict(skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, **decode)]
+        references = [text.strip() for text in tokenizer.batch_decode(labels, **decode)]
+        scores = score_translations(hypotheses, references)
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    return compute
+
+
 class BatchSamplerEpochCallback(TrainerCallback):
     """Sets the epoch of the token-budget sampler before each epoch, whatever wrappers accelerate put around it
     (the Trainer's own `set_epoch` does not reach through all of them when a multi-process run resumes)."""
@@ -445,6 +630,12 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         self.add_callback(self.clock)
         if self.args.max_time is not None and self.callback_handler.pop_callback(ProgressCallback) is not None:
             self.add_callback(WallClockProgressCallback(self.clock))  # after the clock: it reads the synced time
+        if self.eval_dataset is not None and self.args.eval_every is not None:
+            if self.compute_metrics is None and self.processing_class is not None:
+                self.compute_metrics = dev_translation_metrics(self.processing_class)
+            self.add_callback(DevEvaluationCallback(self.clock, parse_eval_every(self.args.eval_every)))
+        if self.args.early_stopping_patience is not None:
+            self.add_callback(DevBleuEarlyStoppingCallback(self.args.early_stopping_patience))
         self.train_batch_sampler: TokenBudgetBatchSampler | None = None
         self._target_tokens: torch.Tensor | None = None  # this run, this process; on the device: no sync per step
         self._logged_tokens = 0  # all processes' total at the previous log
@@ -551,7 +742,10 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Adds `tgt_tokens_per_second` (target tokens of all processes since the previous log, per second) and
-        `tgt_tokens` (this run's total) to training logs, and `train_tgt_tokens(_per_second)` to the summary."""
+        `tgt_tokens` (this run's total) to training logs, `train_tgt_tokens(_per_second)` to the summary, and
+        `elapsed_seconds` (the wall clock of the run, as `max_time` counts it) to evaluation logs."""
+        if "eval_loss" in logs:
+            logs["elapsed_seconds"] = round(self.clock.last_elapsed, 1)
         if ("loss" in logs or "train_runtime" in logs) and self._target_tokens is not None:
             total = self.target_tokens()
             if "loss" in logs:
@@ -584,12 +778,18 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
 __all__ = [
     "LR_SCHEDULES",
     "BatchSamplerEpochCallback",
+    "CheckpointRetentionCallback",
+    "DevBleuEarlyStoppingCallback",
+    "DevEvaluationCallback",
+    "EvalSchedule",
     "LearningCurveCallback",
     "TokenBudgetBatchSampler",
     "VanillaSeq2SeqTrainer",
     "VanillaSeq2SeqTrainingArguments",
     "WallClockCallback",
+    "dev_translation_metrics",
     "inverse_sqrt_learning_rate",
     "paper_learning_rate",
     "parse_duration",
+    "parse_eval_every",
 ]

@@ -205,6 +205,11 @@ class TrainOptions:
     `license`: the Hub license id of the model card; None: the training data's own terms (Multi30k's), else none.
     `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
     private; the token and the connection are checked before training.
+    Validation during training (with a dev set; docs/training.md): `eval_every` ("save" = at each checkpoint save,
+    None likewise; "500" = every 500 updates; "10m" = every 10 minutes), greedy unless `eval_num_beams`, on the
+    first `eval_max_sentences` pairs; `report_to` ("none", "tensorboard", "wandb", comma-separated);
+    `early_stopping_patience`; `keep_best`; the final model averages `average_last` checkpoints picked by `average`
+    ("last", "best", "spread" over `average_span`: "50%" of the run or a duration such as "30m").
     `decoder_start_embedding`: "zero" keeps the decoder start token's embedding row at zero (so `to-marian` exports
     run in CTranslate2, see start_embedding.py); "train" trains it. A model initialised from a folder whose row is
     not zero (fine-tuning) has it zeroed at the start under "zero" (the model changes slightly, training adapts it)
@@ -247,6 +252,14 @@ class TrainOptions:
     max_steps: int | None = DEFAULT_RECIPE.max_steps
     save_every: float = DEFAULT_RECIPE.save_every
     average_last: int = DEFAULT_RECIPE.average_last
+    average: str = DEFAULT_RECIPE.average
+    average_span: str = DEFAULT_RECIPE.average_span
+    eval_every: str | None = None
+    eval_num_beams: int | None = None
+    eval_max_sentences: int = 1000
+    report_to: str = "none"
+    early_stopping_patience: int | None = None
+    keep_best: bool = False
     curve_every: float | None = DEFAULT_RECIPE.curve_every
     compare_curve: str | os.PathLike | None = None
     resume: bool = False
@@ -481,6 +494,71 @@ def _run_settings(options: TrainOptions, train_pairs: Dataset, tokenizer: str, d
     }
 
 
+def _check_eval_options(options: TrainOptions) -> list[str]:
+    """Check the options of validation during training and averaging up front; the integrations for `report_to`."""
+    from transformers.integrations import is_tensorboard_available, is_wandb_available
+
+    from .averaging import AVERAGE_MODES, AverageSpan
+    from .training import parse_eval_every
+
+    if options.average not in AVERAGE_MODES:
+        raise WorkflowError(f"`--average {options.average}` is not one of {', '.join(AVERAGE_MODES)}. Pick one.")
+    checks = (
+        ("--average-span", options.average_span, AverageSpan.parse),
+        ("--eval-every", options.eval_every, parse_eval_every),
+    )
+    for option, value, check in checks:
+        try:
+            check(value)
+        except ValueError as error:
+            raise WorkflowError(f"`{option} {value}`: {error}") from None
+    report_to = [name.strip() for name in options.report_to.split(",") if name.strip() and name.strip() != "none"]
+    installed = {"tensorboard": is_tensorboard_available, "wandb": is_wandb_available}
+    for name in report_to:
+        if name in installed and not installed[name]():
+            raise WorkflowError(f"`--report-to {name}`: {name} is not installed. Run `pip install {name}`.")
+    return report_to
+
+
+def _check_dev_set(options: TrainOptions, has_dev_set: bool) -> None:
+    """The options that need a validation set are refused without one, naming how to give it."""
+    needs = [
+        option
+        for option, given in (
+            ("--average best", options.average == "best"),
+            ("--keep-best", options.keep_best),
+            (f"--early-stopping-patience {options.early_stopping_patience}", options.early_stopping_patience),
+            (f"--eval-every {options.eval_every}", options.eval_every is not None),
+            (f"--eval-num-beams {options.eval_num_beams}", options.eval_num_beams is not None),
+        )
+        if given
+    ]
+    if needs and not has_dev_set:
+        raise WorkflowError(
+            f"`{needs[0]}` needs a validation set, which this run has none of. Pass --valid-src/--valid-tgt (or a "
+            "dataset with a validation split)."
+        )
+
+
+def _dev_dataset(pairs: Dataset, tokenizer: PreTrainedTokenizerBase, options: TrainOptions) -> Dataset:
+    """The first `eval_max_sentences` dev pairs, tokenized (pairs over --max-length dropped: the model has no
+    positions for them), longest first so that generation batches carry little padding and a batch too large for
+    memory fails at the first evaluation."""
+    from .data import tokenize_pairs
+
+    pairs = pairs.select(range(min(options.eval_max_sentences, len(pairs))))
+    dataset = tokenize_pairs(pairs, tokenizer, max_length=options.max_length)
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    dataset = dataset.select(sorted(range(len(dataset)), key=lambda index: -lengths[index]))
+    dropped = len(pairs) - len(dataset)
+    print(
+        f"Dev set: {len(dataset):,} pairs scored during training"
+        + (f" ({dropped} empty or over --max-length {options.max_length} left out)" if dropped else ""),
+        flush=True,
+    )
+    return dataset
+
+
 def training_attention(device: torch.device) -> str:
     """eager on the CPU, where it matches sdpa in fp32 and is 1.5x faster in bf16 training (PyTorch's fused CPU
     attention backward in bf16 is slow for sentence-length sequences); sdpa (flash kernels) on a GPU."""
@@ -530,7 +608,8 @@ def _card_inputs(
     if "test_last_checkpoint" in summary:
         last = summary["test_last_checkpoint"]
         notes.append(
-            f"The weights are the average of the last {len(summary['averaged_checkpoints'])} checkpoints (§6.1); the "
+            f"The weights are the average of {len(summary['averaged_checkpoints'])} checkpoints "
+            f"({summary['averaging']['mode']}; §6.1 averages the last ones); the "
             f"last checkpoint alone scores BLEU {last['bleu']:.2f} (lowercased {last['bleu_lowercase']:.2f}) with "
             "the same decoding."
         )
@@ -602,7 +681,7 @@ def train(options: TrainOptions) -> TrainResult | None:
         write_settings,
     )
     from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
-    from .training import VanillaSeq2SeqTrainingArguments, resolve_bf16
+    from .training import EVAL_AT_SAVES, VanillaSeq2SeqTrainingArguments, resolve_bf16
 
     started = time.perf_counter()
     # Each option is checked before any work (and before the run folder changes), in the command line's terms.
@@ -629,6 +708,7 @@ def train(options: TrainOptions) -> TrainResult | None:
         load_comparison_curves(options.compare_curve)
     if options.push_to_hub is not None and int(os.environ.get("RANK", "0")) == 0:
         hub_token("--push-to-hub")  # now, not after hours of training
+    report_to = _check_eval_options(options)
     lr = options.learning_rate()
     bf16, precision = resolve_bf16(options.bf16, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"Precision: {precision}", flush=True)
@@ -647,7 +727,18 @@ def train(options: TrainOptions) -> TrainResult | None:
         max_time=options.max_time,
         save_every=options.save_every,
         save_strategy="epoch",
-        save_total_limit=max(options.average_last, 1) + 1,
+        # --average last: the Trainer keeps the last k (+1: a save cut short leaves k complete); best/spread keep
+        # what they may still pick (CheckpointRetentionCallback). Either keeps best_model_checkpoint (--keep-best).
+        save_total_limit=max(options.average_last, 1) + 1 if options.average == "last" else None,
+        # Validation during training (with a dev set only; docs/training.md "Validation during training").
+        eval_every=options.eval_every or EVAL_AT_SAVES,
+        predict_with_generate=True,
+        generation_num_beams=options.eval_num_beams or 1,
+        per_device_eval_batch_size=options.eval_batch_size,
+        dataloader_pin_memory=torch.cuda.is_available(),  # the dev batches; pinning warns on a CPU
+        metric_for_best_model="bleu" if options.keep_best else None,
+        greater_is_better=True,
+        early_stopping_patience=options.early_stopping_patience,
         bf16=bf16,
         # Without a GPU, transformers needs to be told that the CPU is meant: for bf16 (CPU autocast), and under
         # torchrun for the processes to join a gloo group (else each trains alone and all write the same files).
@@ -656,7 +747,7 @@ def train(options: TrainOptions) -> TrainResult | None:
         logging_steps=options.logging_steps,
         logging_first_step=True,
         disable_tqdm=not options.progress,
-        report_to=[],
+        report_to=report_to,
     )
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, the main process owns the run folder
     if main_process:
@@ -665,6 +756,7 @@ def train(options: TrainOptions) -> TrainResult | None:
     data = _load_training_data(options)
     train_pairs, test_pairs, data_name = data.train, data.test, data.name
     _check_training_pairs(train_pairs, data_name, options)
+    _check_dev_set(options, data.valid is not None)
     if options.push_to_hub is not None and (test_pairs is None or not options.evaluate):
         raise WorkflowError(
             f"`--push-to-hub {options.push_to_hub}` uploads the model with its card, which the test-set evaluation "
@@ -700,6 +792,7 @@ def train(options: TrainOptions) -> TrainResult | None:
             f"</s> included), which must fit in a batch alone. Raise --max-tokens to {longest} or more, or drop long "
             "pairs with a lower --max-length."
         )
+    valid_dataset = _dev_dataset(data.valid, tokenizer, options) if data.valid is not None else None
 
     overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer)}
     if options.dropout is not None:
@@ -751,6 +844,7 @@ def train(options: TrainOptions) -> TrainResult | None:
             resume_from,
             finished,
             started,
+            valid_dataset,
         )
 
 
@@ -765,17 +859,25 @@ def _train_checked(
     resume_from: Path | None,
     finished: bool,
     started: float,
+    valid_dataset: Dataset | None = None,
 ) -> TrainResult | None:
     """`train` once the options are checked and the run folder is this run's: train (unless `finished`: the
-    checkpoint is at --max-steps already), average, evaluate, write the results. `started`: when `train` began."""
+    checkpoint is at --max-steps already) scoring `valid_dataset` on the way, average, evaluate, write the results.
+    `started`: when `train` began."""
     import torch
     from transformers import TrainerState
 
     from . import VanillaTransformerForConditionalGeneration
-    from .averaging import last_checkpoints, write_averaged_model
+    from .averaging import (
+        AverageSpan,
+        checkpoint_infos,
+        select_checkpoints,
+        selectable_checkpoints,
+        write_averaged_model,
+    )
     from .generation_vanilla_transformer import paper_generation_config
-    from .learning_curve import CURVE_DIR
-    from .training import LearningCurveCallback, VanillaSeq2SeqTrainer
+    from .learning_curve import CURVE_DIR, CURVE_PNG, write_dev_curve
+    from .training import CheckpointRetentionCallback, LearningCurveCallback, VanillaSeq2SeqTrainer, parse_eval_every
 
     output_dir = Path(options.output_dir)
     checkpoint_dir = output_dir / CHECKPOINTS
@@ -795,8 +897,26 @@ def _train_checked(
         flush=True,
     )
     trainer = VanillaSeq2SeqTrainer(
-        model=model, args=training_args, train_dataset=train_dataset, processing_class=tokenizer
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=valid_dataset,
+        processing_class=tokenizer,
     )
+    span = AverageSpan.parse(options.average_span)
+    if valid_dataset is not None:
+        decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"
+        print(
+            f"Dev evaluation {parse_eval_every(training_args.eval_every).describe()}, "
+            f"{decoding}; its time counts in the wall-clock budget (--max-time)",
+            flush=True,
+        )
+    if options.average != "last":  # keep what the mode may still pick; `last` keeps by save_total_limit
+
+        def keep(infos: list) -> list[Path]:
+            return [info.path for info in selectable_checkpoints(infos, options.average, options.average_last, span)]
+
+        trainer.add_callback(CheckpointRetentionCallback(checkpoint_dir, keep))
     if options.curve_every is not None:
         trainer.add_callback(LearningCurveCallback(trainer, output_dir / CURVE_DIR, options.curve_every))
     if finished:  # the Trainer would make one more update: it checks max_steps after each one
@@ -811,14 +931,31 @@ def _train_checked(
         return None
 
     step = trainer.state.global_step
-    available = len(list(checkpoint_dir.glob("checkpoint-*")))
-    to_average = last_checkpoints(checkpoint_dir, min(options.average_last, available))
+    try:
+        chosen = select_checkpoints(checkpoint_infos(checkpoint_dir), options.average, options.average_last, span)
+    except ValueError as error:  # --average best and no evaluation happened (a run finished before its first)
+        raise WorkflowError(f"`--average {options.average}`: {error} Use --average last.") from None
+    to_average = [info.path for info in chosen]
     write_averaged_model(to_average, model_dir)
     print(
-        f"Trained {step} updates ({trainer.state.epoch:.2f} epochs); model folder {model_dir} = average of "
-        f"{', '.join(path.name for path in to_average)}",
+        f"Trained {step} updates ({trainer.state.epoch:.2f} epochs); model folder {model_dir} = average "
+        f"({options.average}) of {', '.join(path.name for path in to_average)}",
         flush=True,
     )
+    averaging = {
+        "mode": options.average,
+        "k": options.average_last,
+        **({"span": str(span)} if options.average == "spread" else {}),
+        "checkpoints": [
+            {
+                "name": info.path.name,
+                "step": info.step,
+                "minutes": round(info.seconds / 60, 2) if info.seconds is not None else None,
+                "dev_bleu": info.bleu,
+            }
+            for info in chosen
+        ],
+    }
 
     summary: dict[str, Any] = {
         "command": options.command,
@@ -828,8 +965,26 @@ def _train_checked(
         "updates": step,
         "epochs": trainer.state.epoch,
         "averaged_checkpoints": [path.name for path in to_average],
+        "averaging": averaging,
         "train": {key: value for log in trainer.state.log_history for key, value in log.items() if "train_" in key},
     }
+    dev_points = write_dev_curve(output_dir, trainer.state.log_history, model_dir / CURVE_PNG, options.compare_curve)
+    if dev_points:
+        best = max(dev_points, key=lambda point: point["bleu"])
+        summary["dev"] = {
+            "evaluations": len(dev_points),
+            "best": {"step": best["step"], "bleu": best["bleu"], "chrf": best["chrf"]},
+            "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
+            if trainer.state.best_model_checkpoint
+            else None,
+            "last": dev_points[-1],
+        }
+        summary["learning_curve"] = CURVE_PNG
+        print(
+            f"Dev BLEU: best {best['bleu']:.2f} at update {best['step']}, last {dev_points[-1]['bleu']:.2f}; "
+            f"learning curve {model_dir / CURVE_PNG}",
+            flush=True,
+        )
     if test_pairs is not None and options.evaluate:
         sources, references = list(test_pairs["source"]), list(test_pairs["target"])
         summary["test"], model, tokenizer = _evaluate_folder(model_dir, sources, references, options)
@@ -843,7 +998,7 @@ def _train_checked(
             summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)[0]
         # Attention maps of the first test sentence, shown by the model card.
         plot_attention_maps(AttentionOptions(model_dir, sources[0], out=model_dir / ATTENTION_DIR))
-        if options.curve_every is not None and data_name == "multi30k":
+        if options.curve_every is not None and data_name == "multi30k" and not dev_points:  # else: the dev curve
             curve = learning_curve(
                 CurveOptions(
                     output_dir,
