@@ -1048,7 +1048,8 @@ def main(argv: list[str] | None = None) -> None:
             results[section] = section_decode(args.decode_configs, args.reps, args.warmup)
         print(f"  {time.perf_counter() - start:.0f} s", flush=True)
     results["load_average_at_end"] = os.getloadavg()
-    print_report(results)
+    if set(results) & {"train", "encoder", "generate", "memory", "loss_curve"}:
+        print_report(results)
     if "decode" in results:
         print_decode_table(results)
     if args.json:
