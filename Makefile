@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train train-1h train-2h bench clean
+.PHONY: setup test lint train train-1h train-2h bench bench-all clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +46,13 @@ train-1h: setup
 train-2h: setup
 	$(VENV)/bin/hf-vanilla-transformer train --recipe multi30k-2h --output-dir runs/multi30k-en-de-2h $(ARGS)
 
-# Ours against MarianMTModel, same architecture, same run (not part of the tests).
+# The decoding table (issue 25): ours against MarianMTModel and CTranslate2, tiny and base configurations, greedy and
+# beam 4, batch 1 and 16, fp32 / bf16 / int8, interleaved reps (not part of the tests). ARGS="--quick": a check.
 bench: setup
+	$(PY) -m bench.bench --sections decode --reps 3 --warmup 1 $(ARGS)
+
+# The whole bench against MarianMTModel: training, encoder, generation, memory, bf16 loss curve (tiny by default).
+bench-all: setup
 	$(PY) -m bench.bench $(ARGS)
 
 clean:

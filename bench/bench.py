@@ -459,9 +459,12 @@ def section_encoder(size: dict[str, int], batches: list[Batch], reps: int, warmu
     return result
 
 
-def ctranslate2_translators(model: nn.Module, folder: Path) -> dict[str, Any]:
-    """Our weights through the Marian exporter (conversion/marian.py) into CTranslate2, float32 and int8, on the
-    CPU with this process's thread count. A word-level vocabulary ("w4", ...) stands in for a tokenizer."""
+def ctranslate2_translators(
+    model: nn.Module, folder: Path, compute_types: tuple[str, ...] = ("float32", "int8")
+) -> dict[str, Any]:
+    """Our weights through the Marian exporter (conversion/marian.py) into CTranslate2, one translator per compute
+    type, on the CPU with this process's thread count. A word-level vocabulary ("w4", ...) stands in for a
+    tokenizer."""
     import ctranslate2
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -488,7 +491,7 @@ def ctranslate2_translators(model: nn.Module, folder: Path) -> dict[str, Any]:
         f"ct2_{compute_type}": ctranslate2.Translator(
             str(folder / "ct2"), device="cpu", compute_type=compute_type, intra_threads=threads
         )
-        for compute_type in ("float32", "int8")
+        for compute_type in compute_types
     }
 
 
@@ -568,6 +571,154 @@ def section_generate(config: str, reps: int, warmup: int) -> dict[str, Any]:
                 result[key][f"ratio_ours_over_{name}"] = statistics.median(seconds) / ours
                 print(f"  {key:24s} ours/{name} {result[key][f'ratio_ours_over_{name}']:.3f}", flush=True)
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The decoding table (issue 25 item 4): tiny and base, greedy and beam 4, batch 1 and 16, fp32 / bf16 / int8
+
+
+DECODE_DTYPES = ("fp32", "bf16", "int8")
+# CTranslate2's compute type for each of our dtypes.
+CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
+INT8_MISSING = "n/a (quantize_int8 missing)"
+
+
+def int8_models(models: dict[str, nn.Module]) -> dict[str, nn.Module | str]:
+    """int8 linear layers on both sides: ours through `hf_vanilla_transformer.quantization.quantize_int8` (the
+    project's int8 path; INT8_MISSING where it is not there), Marian through PyTorch's dynamic quantization
+    (`torch.ao.quantization.quantize_dynamic`, int8 weights and per-batch int8 activations: what a MarianMTModel
+    user has in PyTorch itself)."""
+    import warnings
+
+    try:
+        from hf_vanilla_transformer.quantization import quantize_int8
+    except ImportError:
+        ours: nn.Module | str = INT8_MISSING
+    else:
+        ours = quantize_int8(models["ours"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        marian = torch.ao.quantization.quantize_dynamic(models["marian"], {nn.Linear}, dtype=torch.qint8)
+    return {"ours": ours, "marian": marian}
+
+
+def decode_models(size: dict[str, int], dtype: str) -> dict[str, nn.Module | str]:
+    """The models timed for one dtype: ours and Marian (fp32 weights; under bf16 both run in bf16 autocast), plus,
+    for bf16, ours with bf16 weights (`model.to(torch.bfloat16)`, no autocast)."""
+    models: dict[str, nn.Module | str] = dict(build_models(size))
+    if dtype == "bf16":
+        bf16_weights = build_models(size)["ours"].to(torch.bfloat16)
+        models["ours_bf16_weights"] = bf16_weights
+    elif dtype == "int8":
+        models = int8_models(models)
+    return models
+
+
+def ct2_decode_worker(configs: list[str], reps: int, warmup: int) -> dict[str, Any]:
+    """In a fresh process: CTranslate2 on every case of the decoding table, its compute types interleaved; seconds
+    per call, or a string saying why a compute type is missing on this CPU."""
+    import ctranslate2
+
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    result: dict[str, Any] = {}
+    for config in configs:
+        size = CONFIGS[config]
+        wanted = tuple(CT2_COMPUTE_TYPES[dtype] for dtype in DECODE_DTYPES)
+        with tempfile.TemporaryDirectory() as folder:
+            types = tuple(t for t in wanted if t in supported)
+            translators = ctranslate2_translators(build_models(size)["ours"], Path(folder), types)
+            for suffix, ids, mask, beams in generation_cases(size):
+                tokens = [
+                    [f"w{i}" if i > EOS else "</s>" for i in row[row_mask.bool()].tolist()]
+                    for row, row_mask in zip(ids, mask, strict=True)
+                ]
+                fns = {name: ct2_generation(translator, tokens, beams) for name, translator in translators.items()}
+                times = interleaved(fns, reps, warmup)[0]
+                for dtype, compute_type in CT2_COMPUTE_TYPES.items():
+                    result[f"{config}/{dtype}/{suffix}"] = times.get(
+                        f"ct2_{compute_type}",
+                        f"n/a (CTranslate2 has no {compute_type} on this CPU: {sorted(supported)})",
+                    )
+    return result
+
+
+def section_decode(configs: list[str], reps: int, warmup: int) -> dict[str, Any]:
+    """The decoding table: for each configuration, dtype and generation case (`generation_cases`), ours and Marian
+    (and ours with bf16 weights) interleaved rep by rep, ratios the medians of per-rep ratios; then CTranslate2 on
+    the same weights in its own process (`ct2_decode_worker`), ratios of medians. Exactly NEW_TOKENS new tokens."""
+    result: dict[str, Any] = {}
+    dtypes = [dtype for dtype in DECODE_DTYPES if dtype != "bf16" or "bf16" in DTYPES]
+    for config in configs:
+        size = CONFIGS[config]
+        for dtype in dtypes:
+            models = decode_models(size, dtype)
+            for suffix, ids, mask, beams in generation_cases(size):
+                key = f"{config}/{dtype}/{suffix}"
+                # bf16 weights need no autocast; the fp32-weight models run under it for bf16.
+                fns = {
+                    name: generation(model, ids, mask, beams, "fp32" if name == "ours_bf16_weights" else dtype)
+                    for name, model in models.items()
+                    if not isinstance(model, str)
+                }
+                times, _, _ = interleaved(fns, reps, warmup)
+                row: dict[str, Any] = {name: model for name, model in models.items() if isinstance(model, str)}
+                for name, seconds in times.items():
+                    row[name] = {"seconds": summary(seconds)}
+                for name in ("ours", "ours_bf16_weights"):
+                    if name in times:
+                        row[f"ratio_{name}_over_marian"] = paired_ratio(times["marian"], times[name])
+                result[key] = row
+                print(
+                    f"  {key:28s} " + "  ".join(f"{n} {1e3 * statistics.median(t):.0f} ms" for n, t in times.items())
+                )
+    if DEVICE.type == "cpu":
+        command = [sys.executable, "-m", "bench.bench", "--threads", str(torch.get_num_threads())]
+        command += ["--reps", str(reps), "--warmup", str(warmup), "--decode-configs", *configs, "--ct2-decode-worker"]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        for key, times in json.loads(output.strip().splitlines()[-1]).items():
+            if key not in result:
+                continue
+            row = result[key]
+            if isinstance(times, str):
+                row["ct2"] = times
+                continue
+            row["ct2"] = {"seconds": summary(times)}
+            for name in ("ours", "ours_bf16_weights"):
+                if isinstance(row.get(name), dict):
+                    row[f"ratio_{name}_over_ct2"] = statistics.median(times) / row[name]["seconds"]["median"]
+    return result
+
+
+def print_decode_table(results: dict[str, Any]) -> None:
+    """One table: ms per generate() call (median [IQR]) and speed ratios (> 1: ours faster)."""
+    env = results["environment"]
+    print(
+        f"\nDecoding, {NEW_TOKENS} new tokens per row, {env['threads']} threads, {env['cpu']} "
+        f"({env['cpu_count']} logical cores; {env.get('cpu_flags', '')}), {env['date']}, "
+        f"torch {env['torch']}, transformers {env['transformers']}, ctranslate2 {env.get('ctranslate2', '-')}; "
+        f"load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
+    )
+    print(
+        "ours/Marian: median of per-rep ratios (interleaved); ours/CT2: ratio of medians (CTranslate2 in its own "
+        "process); Marian int8 = torch dynamic quantization; bf16 = autocast (ours/Marian), bfloat16 (CT2)"
+    )
+    print("| config | case | dtype | ours ms | Marian ms | ours/Marian | CT2 ms | ours/CT2 |")
+    print("|---|---|---|---|---|---|---|---|")
+
+    def cell(value: Any, scale: float = 1e3, digits: int = 1) -> str:
+        return value if isinstance(value, str) else fmt(value["seconds"], scale, digits) if value else "-"
+
+    for key, row in results["decode"].items():
+        config, dtype, case = key.split("/", 2)
+        variants = [("ours", dtype)] + ([("ours_bf16_weights", "bf16 weights")] if "ours_bf16_weights" in row else [])
+        for name, label in variants:
+            marian_ratio = row.get(f"ratio_{name}_over_marian")
+            ct2_ratio = row.get(f"ratio_{name}_over_ct2")
+            print(
+                f"| {config} | {case} | {label} | {cell(row.get(name))} | {cell(row.get('marian'))} | "
+                f"{fmt(marian_ratio, digits=2) if marian_ratio else '-'} | {cell(row.get('ct2'))} | "
+                f"{f'{ct2_ratio:.2f}' if ct2_ratio else '-'} |"
+            )
 
 
 def memory_worker(config: str, name: str, dtype: str) -> dict[str, float]:
@@ -692,6 +843,10 @@ def section_loss_curve(size: dict[str, int], steps: int) -> dict[str, Any]:
 # Report
 
 
+# The CPU flags that decide which matrix kernels run (fp32 SIMD width, int8 dot products, bf16 and AMX units).
+MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
 def environment(threads: int) -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
@@ -699,8 +854,23 @@ def environment(threads: int) -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    flags: list[str] = []
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            present = next(line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags"))
+        flags = [flag for flag in MATRIX_FLAGS if flag in present]
+    except (OSError, StopIteration):
+        pass
+    try:
+        import ctranslate2
+
+        ct2_version = ctranslate2.__version__
+    except ImportError:
+        ct2_version = "not installed"
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_flags": " ".join(flags),
+        "ctranslate2": ct2_version,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -789,7 +959,7 @@ def print_report(results: dict[str, Any]) -> None:
         print(f"max |logits ours - logits Marian| (eval, same weights): {difference:.2e}")
 
 
-SECTIONS = ("train", "encoder", "generate", "memory", "loss_curve")
+SECTIONS = ("train", "encoder", "generate", "memory", "loss_curve", "decode")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -815,10 +985,25 @@ def main(argv: list[str] | None = None) -> None:
         help="measure bf16 autocast beside fp32: auto = where this device multiplies bf16 at least 2x as fast as "
         "fp32 (CPUs with AVX512-BF16/AMX, GPUs; an AVX2-only CPU emulates bf16 ~100x slower than fp32)",
     )
+    parser.add_argument(
+        "--decode-configs",
+        nargs="+",
+        choices=sorted(CONFIGS),
+        default=["tiny", "base"],
+        help="the configurations of the decode section's table",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the decode table: tiny only, 1 timed rep after 1 warm-up (overrides --reps/--warmup)",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ct2-decode-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
     global DEVICE, ATTENTION, DTYPES
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
@@ -828,6 +1013,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.ct2_worker:
         print(json.dumps(ct2_worker(args.config, args.reps, args.warmup)))
+        return
+    if args.ct2_decode_worker:
+        print(json.dumps(ct2_decode_worker(args.decode_configs, args.reps, args.warmup)))
         return
     bf16, precision = resolve_bf16(args.bf16, DEVICE)
     DTYPES = ("fp32", "bf16") if bf16 else ("fp32",)
@@ -856,9 +1044,14 @@ def main(argv: list[str] | None = None) -> None:
             results[section] = section_memory(args.config, args.memory_rounds)
         elif section == "loss_curve":
             results[section] = section_loss_curve(size, args.loss_steps)
+        elif section == "decode":
+            results[section] = section_decode(args.decode_configs, args.reps, args.warmup)
         print(f"  {time.perf_counter() - start:.0f} s", flush=True)
     results["load_average_at_end"] = os.getloadavg()
-    print_report(results)
+    if set(results) & {"train", "encoder", "generate", "memory", "loss_curve"}:
+        print_report(results)
+    if "decode" in results:
+        print_decode_table(results)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)
