@@ -163,4 +163,14 @@ RECIPES: dict[str, Recipe] = {
 }
 DEFAULT_RECIPE = MULTI30K
 
-__all__ = ["DEFAULT_RECIPE", "FINETUNE", "MULTI30K", "MULTI30K_1H", "MULTI30K_2H", "PAPER_BASE", "PAPER_BIG", "RECIPES", "Recipe"]
+__all__ = [
+    "DEFAULT_RECIPE",
+    "FINETUNE",
+    "MULTI30K",
+    "MULTI30K_1H",
+    "MULTI30K_2H",
+    "PAPER_BASE",
+    "PAPER_BIG",
+    "RECIPES",
+    "Recipe",
+]
