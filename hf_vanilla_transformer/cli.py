@@ -12,6 +12,8 @@ loads and `push` uploads.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import shlex
 import sys
@@ -116,7 +118,10 @@ _TRAIN_OPTIONS = (
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
     *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
     *("early_stopping_patience", "keep_best"),
+    *("init_from", "decoder_start_embedding"),
 )
+# The `train` options that are not TrainOptions fields of the same name: read by `run_train` itself.
+_TRAIN_CONTROL = ("recipe", "config", "no_eval", "no_progress")
 
 
 def _budget(recipe: Recipe) -> str:
@@ -140,7 +145,11 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
             "Train a translation model inside transformers' Seq2SeqTrainer, average the last checkpoints (§6.1), "
             "evaluate on the test set and write a Hub-ready folder. With no options: Multi30k EN->DE, preset "
             f"{DEFAULT_RECIPE.preset}, a {_budget(DEFAULT_RECIPE)} training budget, into {DEFAULT_OUTPUT_DIR}. "
-            "--recipe starts from other settings; options given explicitly override the recipe's."
+            "--recipe starts from other settings; options given explicitly override the recipe's. Any other "
+            "Seq2SeqTrainingArguments field is an option too, spelt as in transformers' run_translation.py "
+            "(e.g. --optim adafactor --max_grad_norm 1.0 --weight_decay 0.01 --fp16 --deepspeed ds.json); "
+            "--config FILE reads options and Trainer arguments from a YAML or JSON file, which the command line "
+            "overrides. RUN/run_config.json records the resolved configuration: --config it to repeat the run."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -150,6 +159,12 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         choices=sorted(RECIPES),
         help="the settings to start from (hf_vanilla_transformer/recipes.py): "
         + "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values()),
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a YAML (.yaml/.yml) or JSON file of options (TrainOptions names: lr, warmup_steps, max_time, ...; "
+        "`recipe`) and Trainer arguments (optim, max_grad_norm, ...); the command line overrides it",
     )
     data = parser.add_argument_group("data (default: the bundled Multi30k)")
     data.add_argument(
@@ -188,10 +203,28 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     data.add_argument("--max-train-pairs", type=_positive_int, help="use only the first N training pairs")
 
     model = parser.add_argument_group("model and tokenizer")
-    model.add_argument("--preset", default=recipe.preset, choices=sorted(PRESETS), help="model size (Table 3 names)")
+    # No argparse defaults for the options --init-from refuses: the recipe fills them in (TrainOptions.from_recipe),
+    # so that only those given explicitly conflict with --init-from.
+    model.add_argument(
+        "--preset", choices=sorted(PRESETS), help=f"model size (Table 3 names) (default: {recipe.preset})"
+    )
     model.add_argument("--dropout", type=_probability, help="P_drop (§5.4); default: the preset's")
-    model.add_argument("--vocab-size", type=_positive_int, default=recipe.vocab_size, help="joint BPE size (§5.1)")
+    model.add_argument(
+        "--vocab-size", type=_positive_int, help=f"joint BPE size (§5.1) (default: {recipe.vocab_size})"
+    )
     model.add_argument("--tokenizer", help="an existing tokenizer folder instead of training a BPE")
+    model.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        help="fine-tune: start from this model folder (a run's RUN/model, or one written by `python -m conversion`) "
+        "with its config, weights and tokenizer, instead of a new --preset model (see --recipe finetune)",
+    )
+    model.add_argument(
+        "--decoder-start-embedding",
+        choices=("zero", "train"),
+        help="'zero' (default): keep the decoder start token's embedding at zero, as CTranslate2 decodes; 'train': "
+        "train it (needed with --init-from for models whose decoder starts from another token than <pad>)",
+    )
 
     optim = parser.add_argument_group("optimization (§5.3, §5.4)")
     optim.add_argument(
@@ -335,20 +368,126 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     output.add_argument(
         "--private", action="store_true", default=None, help="with --push-to-hub: create the repository private"
     )
-    parser.set_defaults(func=run_train)
+    parser.set_defaults(func=run_train, train_parser=parser)
+
+
+class _Unset:
+    """The value of an option that was not given (argparse keeps a namespace's values instead of its defaults)."""
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The options of `argv` that `parser` knows, by destination, only those given (not the defaults); and the rest
+    of `argv`."""
+    unset = _Unset()
+    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions})
+    namespace, rest = parser.parse_known_args(argv, namespace=namespace)
+    return {name: value for name, value in vars(namespace).items() if value is not unset}, rest
+
+
+def _trainer_parser() -> argparse.ArgumentParser:
+    """transformers' HfArgumentParser over VanillaSeq2SeqTrainingArguments (what run_translation.py parses), whose
+    errors are one-line WorkflowErrors instead of a usage message and exit."""
+    from transformers import HfArgumentParser
+
+    from .training import VanillaSeq2SeqTrainingArguments
+    from .workflows import WorkflowError
+
+    parser = HfArgumentParser(VanillaSeq2SeqTrainingArguments)
+
+    def error(message: str) -> None:
+        raise WorkflowError(f"Trainer argument: {message}.")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def _trainer_arguments(argv: list[str], ours: list[str]) -> dict[str, Any]:
+    """The Trainer arguments in `argv` (what the `train` options left), typed as HfArgumentParser types them; an
+    unknown one is an error naming the closest of `ours` (the `train` options) and the Trainer's."""
+    from .workflows import WorkflowError, close_matches
+
+    if not argv:
+        return {}
+    parser = _trainer_parser()
+    given, unknown = _given(parser, argv)
+    if unknown:
+        option = next((text for text in unknown if text.startswith("-")), None)
+        if option is None:
+            raise WorkflowError(
+                f"`train` takes no value {unknown[0]!r} here; it follows no option. Check the quoting."
+            )
+        known = ours + [text for action in parser._actions for text in action.option_strings]
+        name = option.split("=", 1)[0]
+        raise WorkflowError(
+            f"Unknown option `{name}`{close_matches(name, known)}: `train` takes its own options (--help) and the "
+            "fields of Seq2SeqTrainingArguments as --FIELD VALUE."
+        )
+    return given
+
+
+def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainOptions values with `recipe`, Trainer arguments) of a --config file. Keys are TrainOptions field names
+    (dashes read as underscores) or Trainer argument names; string values are typed as on the command line (so
+    durations such as "1h" and YAML's "1e-3" work), other values are taken as the file types them."""
+    import yaml
+
+    from .workflows import TrainOptions, WorkflowError, close_matches, existing_file, trainer_argument_names
+
+    file = existing_file(path, "--config")
+    try:
+        text = file.read_text(encoding="utf-8")
+        content = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        problem = " ".join(str(error).split())
+        raise WorkflowError(f"`--config` {path} is not valid {file.suffix[1:].upper()}: {problem}") from None
+    if file.suffix not in (".json", ".yaml", ".yml"):
+        raise WorkflowError(f"`--config` {path}: name a .yaml, .yml or .json file.")
+    if not isinstance(content, dict):
+        raise WorkflowError(f"`--config` {path} must hold a mapping of option names to values.")
+    fields = {item.name for item in dataclasses.fields(TrainOptions)} - {"command", "trainer_args"}
+    ours_by_dest = {action.dest: action for action in train_parser._actions}
+    trainer_names = trainer_argument_names()
+    ours: dict[str, Any] = {}
+    trainer: dict[str, Any] = {}
+    for key, value in content.items():
+        name = str(key).replace("-", "_")
+        if name == "recipe" or name in fields:
+            action = ours_by_dest.get(name)
+            if isinstance(value, str) and action is not None and action.type is not None:
+                try:
+                    value = action.type(value)
+                except argparse.ArgumentTypeError as error:
+                    raise WorkflowError(f"`--config` {path}: `{key}`: {error}.") from None
+            ours[name] = value
+        elif name in trainer_names:
+            trainer[name] = _trainer_arguments([f"--{name}", value], [])[name] if isinstance(value, str) else value
+        else:
+            known = sorted(fields | {"recipe"}) + trainer_names
+            raise WorkflowError(
+                f"`--config` {path}: unknown key `{key}`{close_matches(name, known)}. Keys are TrainOptions names "
+                "(the options' names with underscores) and Seq2SeqTrainingArguments fields."
+            )
+    return ours, trainer
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """The `train` subcommand: the recipe, overridden by the options given, through `workflows.train`."""
-    from .workflows import TrainOptions, train
+    """The `train` subcommand: the recipe, overridden by the --config file, overridden by the options given, through
+    `workflows.train`; what the `train` options do not name are Trainer arguments."""
+    from .workflows import TrainOptions, WorkflowError, train
 
-    given = {name: value for name, value in _options(args, _TRAIN_OPTIONS).items() if value is not None}
+    given = _given(args.train_parser, args.argv[1:])[0]
+    ours, trainer = _read_config(args.config, args.train_parser) if args.config is not None else ({}, {})
+    ours.update((name, value) for name, value in given.items() if name in _TRAIN_OPTIONS)
+    for flag, name in (("no_eval", "evaluate"), ("no_progress", "progress")):
+        if flag in given:
+            ours[name] = not given[flag]
+    recipe = given.get("recipe", ours.pop("recipe", DEFAULT_RECIPE.name))
+    if recipe not in RECIPES:
+        raise WorkflowError(f"`recipe` {recipe!r} in --config {args.config}: pick one of {sorted(RECIPES)}.")
+    ours_options = [text for action in args.train_parser._actions for text in action.option_strings]
+    trainer.update(_trainer_arguments(args.trainer_argv, ours_options))
     options = TrainOptions.from_recipe(
-        RECIPES[args.recipe],
-        **given,
-        evaluate=not args.no_eval,
-        progress=not args.no_progress,
-        command=shlex.join([PROG, *args.argv]),
+        RECIPES[recipe], **ours, trainer_args=trainer, command=shlex.join([PROG, *args.argv])
     )
     result = train(options)
     if result is not None:  # None: a process of a distributed run other than the one that writes the results
@@ -676,8 +815,12 @@ def main(argv: list[str] | None = None) -> int:
     """Console script entry point; returns the exit status (2 for bad values, as argparse)."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_chosen_recipe(argv))
-    args = parser.parse_args(argv)
+    # What the `train` options do not know are Trainer arguments (run_train); any other command takes none.
+    args, extras = parser.parse_known_args(argv)
+    if extras and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     args.argv = argv
+    args.trainer_argv = extras
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     try:
         return args.func(args)

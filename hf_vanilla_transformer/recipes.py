@@ -51,6 +51,8 @@ class Recipe:
     curve_every: float | None = None
     average: str = "last"  # §6.1: the last checkpoints
     average_span: str = "50%"  # "spread" only: a share of the run's training time, or a duration
+    # A recipe for `--init-from` only: its settings are sized for a model that is trained already.
+    fine_tuning: bool = False
 
     def __post_init__(self) -> None:
         if self.max_time is None and self.max_steps is None and self.epochs is None:
@@ -139,9 +141,46 @@ PAPER_BIG = replace(
     max_steps=300_000,
 )
 
+# `train --init-from MODEL_DIR --recipe finetune`: continue training a trained model (ours, or a converted OPUS-MT,
+# fairseq or OpenNMT-py one) on new data, e.g. another domain. The model, its tokenizer and its decoding come from
+# the folder (the preset and vocabulary here do not apply); the optimization is sized for weights that are already
+# good, not for random ones:
+# - a peak learning rate of 5e-4, a quarter of the main job's 2e-3: the from-scratch peak is the largest that stays
+#   stable on random weights (docs/runs/sweep.md: 3e-3 already scored lower); on trained weights it would move them
+#   far from the solution the run starts from (catastrophic forgetting of the old data) before the new data's gradient
+#   has been averaged over many batches. Toolkits' adaptation recipes use the same order: a fraction of the training
+#   peak (Marian's and fairseq's fine-tuning examples), and run_translation.py's pretrained-model default is lower
+#   still (5e-5, linear decay) for large models. The test (tests/test_fine_tuning.py) shows dev BLEU on the new
+#   data rising from the start model's with this setting on a tiny model; the value was not tuned on real data here.
+# - warmup 100 updates instead of 400: the optimizer starts afresh (the folder holds no Adam moments), so a short
+#   warmup lets the second-moment estimates settle before the peak; the weights themselves need no long warmup.
+# - a budget of 10 minutes with checkpoints every minute and the last 5 averaged (§6.1): adaptation sets are
+#   typically small, and a short run limits forgetting; pass --max-time / --max-steps for more.
+# - label smoothing 0.1 and batches of 4096 tokens as the main job; P_drop stays the folder's (--dropout changes it).
+FINETUNE = replace(
+    MULTI30K,
+    name="finetune",
+    summary="fine-tuning with --init-from: peak lr 5e-4, warmup 100, 10 minutes, checkpoints every minute",
+    lr=5e-4,
+    warmup_steps=100,
+    max_time=10 * MINUTE,
+    bf16="auto",
+    fine_tuning=True,
+)
+
 RECIPES: dict[str, Recipe] = {
-    recipe.name: recipe for recipe in (MULTI30K, MULTI30K_1H, MULTI30K_2H, PAPER_BASE, PAPER_BIG)
+    recipe.name: recipe for recipe in (MULTI30K, MULTI30K_1H, MULTI30K_2H, PAPER_BASE, PAPER_BIG, FINETUNE)
 }
 DEFAULT_RECIPE = MULTI30K
 
-__all__ = ["DEFAULT_RECIPE", "MULTI30K", "MULTI30K_1H", "MULTI30K_2H", "PAPER_BASE", "PAPER_BIG", "RECIPES", "Recipe"]
+__all__ = [
+    "DEFAULT_RECIPE",
+    "FINETUNE",
+    "MULTI30K",
+    "MULTI30K_1H",
+    "MULTI30K_2H",
+    "PAPER_BASE",
+    "PAPER_BIG",
+    "RECIPES",
+    "Recipe",
+]

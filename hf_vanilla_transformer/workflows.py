@@ -15,13 +15,15 @@ its Hub repository (`push` uploads it) and which `pipeline("translation", model=
 from __future__ import annotations
 
 import contextlib
+import difflib
+import hashlib
 import itertools
 import json
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,44 @@ ATTENTION_DIR = "attention"
 BUDGET = ("max_time", "max_steps", "epochs")
 # Where `translate` decodes: "auto" is the GPU when torch sees one, else the CPU.
 DEVICES = ("auto", "cpu", "cuda")
+# The options that `--init-from`'s folder replaces (its config and tokenizer).
+INIT_FROM_REPLACES = ("preset", "vocab_size", "tokenizer")
+# The `VanillaSeq2SeqTrainingArguments` fields that `train` sets from its own options (named here as on the command
+# line): `trainer_args` may set any other field, but not these, which would contradict the option.
+TRAINER_ARGUMENTS_OF_OPTIONS = {
+    "output_dir": "--output-dir",
+    "lr_schedule": "--schedule",
+    "learning_rate": "--lr",
+    "warmup_steps": "--warmup-steps",
+    "label_smoothing_factor": "--label-smoothing",
+    "decoder_start_embedding": "--decoder-start-embedding",
+    "max_tokens": "--max-tokens",
+    "gradient_accumulation_steps": "--grad-accum",
+    "num_train_epochs": "--epochs",
+    "max_steps": "--max-steps",
+    "max_time": "--max-time",
+    "save_every": "--save-every",
+    "bf16": "--bf16",
+    "seed": "--seed",
+    "logging_steps": "--logging-steps",
+    "disable_tqdm": "--no-progress",
+    "resume_from_checkpoint": "--resume",
+    "push_to_hub": "--push-to-hub",
+    "hub_model_id": "--push-to-hub",
+    # Validation during training, and the checkpoints that averaging and --keep-best need kept.
+    "report_to": "--report-to",
+    "eval_every": "--eval-every",
+    "generation_num_beams": "--eval-num-beams",
+    "per_device_eval_batch_size": "--eval-batch-size",
+    "metric_for_best_model": "--keep-best",
+    "early_stopping_patience": "--early-stopping-patience",
+    "save_total_limit": "--average-last",
+}
+# What the resolved configuration (RUN/run_config.json) leaves out: the record of the command line and what concerns
+# the run folder rather than the run.
+NOT_IN_RUN_CONFIG = ("command", "resume", "overwrite", "trainer_args")
+RUN_CONFIG_FILE = "run_config.json"
+TRAINER_ARGUMENTS_FILE = "trainer_arguments.json"
 
 
 class WorkflowError(ValueError):
@@ -214,6 +254,12 @@ class TrainOptions:
     run in CTranslate2, see start_embedding.py); "train" trains it. A model initialised from a folder whose row is
     not zero (fine-tuning) has it zeroed at the start under "zero" (the model changes slightly, training adapts it)
     and keeps it, with the source model's function at the start, under "train" (not exportable to CTranslate2).
+    `init_from`: fine-tuning: a model folder (`train`'s RUN/model, or one `python -m conversion` wrote) whose config,
+    weights and tokenizer the run starts from; `preset`, `vocab_size` and `tokenizer` then do not apply (`from_recipe`
+    refuses them given explicitly, `train` refuses `tokenizer`), `dropout` overrides the folder's P_drop.
+    `trainer_args`: any other `VanillaSeq2SeqTrainingArguments` fields (optim, max_grad_norm, weight_decay, fp16,
+    deepspeed, ...), applied over the ones these options set; a field one of these options sets is refused, naming
+    the option (`TRAINER_ARGUMENTS_OF_OPTIONS`).
     """
 
     output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR
@@ -274,19 +320,33 @@ class TrainOptions:
     decoder_start_embedding: str = "zero"
     push_to_hub: str | None = None
     private: bool = False
+    init_from: str | os.PathLike | None = None
+    trainer_args: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_recipe(cls, recipe: Recipe = DEFAULT_RECIPE, **options: Any) -> TrainOptions:
         """The recipe's settings, overridden by `options` (TrainOptions fields). The recipe's budget (`max_time`,
         `max_steps`, `epochs`) applies as a whole unless `options` sets one of them; its learning rate only with
         its own schedule."""
-        names = {field.name for field in fields(cls)}
+        names = {item.name for item in fields(cls)}
         unknown = sorted(set(options) - names)
         if unknown:
             raise WorkflowError(
                 f"Unknown training options {unknown}. Pick from the TrainOptions fields: {sorted(names)}."
             )
-        settings = {name: getattr(recipe, name) for name in names & {field.name for field in fields(Recipe)}}
+        if options.get("init_from") is not None:
+            given = [f"--{name.replace('_', '-')}" for name in INIT_FROM_REPLACES if options.get(name) is not None]
+            if given:
+                raise WorkflowError(
+                    f"`--init-from` {options['init_from']} brings its own config and tokenizer, so {', '.join(given)} "
+                    "cannot apply; drop them (`--dropout` still overrides the folder's P_drop)."
+                )
+        elif recipe.fine_tuning:
+            raise WorkflowError(
+                f"`--recipe {recipe.name}` fine-tunes an existing model: pass `--init-from MODEL_DIR` (a folder "
+                "written by `train` or by `python -m conversion`), or pick another recipe to train from scratch."
+            )
+        settings = {name: getattr(recipe, name) for name in names & {item.name for item in fields(Recipe)}}
         if any(options.get(name) is not None for name in BUDGET):
             settings.update(dict.fromkeys(BUDGET))
         if options.get("schedule", recipe.schedule) != recipe.schedule:
@@ -565,6 +625,116 @@ def training_attention(device: torch.device) -> str:
     return "eager" if device.type == "cpu" else "sdpa"
 
 
+def _init_folder(options: TrainOptions) -> Path:
+    """The model folder `--init-from` names (a run folder stands for its RUN/model), after the checks that make a
+    wrong folder one line before any data is read: this package's model type, a tokenizer beside it, no
+    `--tokenizer`, and a decoder start token that `--decoder-start-embedding zero` can keep at zero."""
+    folder = Path(options.init_from)
+    if not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():
+        folder = folder / MODEL_DIR  # `train`'s run folder: its model folder
+    model_folder(folder, None, name="`--init-from`", tokenizer=False)
+    if options.tokenizer is not None:
+        raise WorkflowError(
+            f"`--tokenizer` {options.tokenizer} cannot apply with `--init-from` {options.init_from}, whose model was "
+            "trained with its own tokenizer; drop --tokenizer."
+        )
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise WorkflowError(
+            f"`--init-from` {options.init_from} has no tokenizer (no tokenizer.json or tokenizer_config.json). Save "
+            "the model's tokenizer into the folder (tokenizer.save_pretrained)."
+        )
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    start, pad = config.get("decoder_start_token_id"), config.get("pad_token_id")
+    if options.decoder_start_embedding == "zero" and start != pad:
+        raise WorkflowError(
+            f"`--init-from` {options.init_from} starts the decoder from token {start}, not <pad> ({pad}), so "
+            "`--decoder-start-embedding zero` cannot keep its row at zero (it is a label's row). Pass "
+            "--decoder-start-embedding train."
+        )
+    return folder
+
+
+def _init_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of an `--init-from` folder, checked against the model's vocabulary."""
+    from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+    try:
+        tokenizer = load_tokenizer(folder)
+    except (OSError, ValueError, TypeError) as error:
+        raise WorkflowError(
+            f"`--init-from` {folder}: its tokenizer does not load ({error}). Save it again with save_pretrained."
+        ) from None
+    vocab_size = VanillaTransformerConfig.from_pretrained(folder).vocab_size
+    if len(tokenizer) > vocab_size:
+        raise WorkflowError(
+            f"`--init-from` {folder}: its tokenizer has {len(tokenizer)} tokens, more than the model's vocab_size "
+            f"{vocab_size}. The folder mixes a model and another model's tokenizer; rebuild it."
+        )
+    return tokenizer
+
+
+def _weights_fingerprint(folder: Path) -> str:
+    """A SHA-256 over the folder's weight files, so that a resume checks it starts from the same weights."""
+    digest = hashlib.sha256()
+    for path in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return f"weights sha256 {digest.hexdigest()[:16]}"
+
+
+def trainer_argument_names() -> list[str]:
+    """The fields of `VanillaSeq2SeqTrainingArguments` (Seq2SeqTrainingArguments' and ours) that can be set."""
+    from .training import VanillaSeq2SeqTrainingArguments
+
+    return [item.name for item in fields(VanillaSeq2SeqTrainingArguments) if item.init]
+
+
+def close_matches(name: str, names: Sequence[str]) -> str:
+    """A parenthesis naming the closest of `names` for an error message ("did you mean ...?"), or "" if none."""
+    matches = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(matches)}?)" if matches else ""
+
+
+def _trainer_overrides(trainer_args: Mapping[str, Any]) -> dict[str, Any]:
+    """`trainer_args` after checking each is a field of the Trainer arguments that no option of `train` sets."""
+    names = trainer_argument_names()
+    for name in trainer_args:
+        if name in TRAINER_ARGUMENTS_OF_OPTIONS:
+            option = TRAINER_ARGUMENTS_OF_OPTIONS[name]
+            raise WorkflowError(
+                f"Trainer argument `{name}` is what `{option}` sets; pass {option} instead (in a --config file: the "
+                "option's TrainOptions name, e.g. lr, warmup_steps)."
+            )
+        if name not in names:
+            raise WorkflowError(
+                f"Unknown Trainer argument `{name}`{close_matches(name, names)}: the fields of "
+                "Seq2SeqTrainingArguments and VanillaSeq2SeqTrainingArguments can be set."
+            )
+    return dict(trainer_args)
+
+
+def run_config(options: TrainOptions) -> dict[str, Any]:
+    """The resolved configuration of a run as `train --config` reads it: every TrainOptions field that defines the
+    run, then the Trainer arguments given (`trainer_args`), as one JSON object."""
+    values = {item.name: getattr(options, item.name) for item in fields(options) if item.name not in NOT_IN_RUN_CONFIG}
+    # None values stay: a key set to null means the option unset, whatever the recipe of the rerun says.
+    config = {name: os.fspath(value) if isinstance(value, os.PathLike) else value for name, value in values.items()}
+    if options.init_from is not None:  # the folder's config and tokenizer replace these (from_recipe refuses them)
+        for name in INIT_FROM_REPLACES:
+            config.pop(name)
+    return {**config, **options.trainer_args}
+
+
+def _write_run_config(output_dir: Path, options: TrainOptions, training_args: VanillaSeq2SeqTrainingArguments) -> None:
+    """RUN/run_config.json (`train --config RUN/run_config.json` repeats the run) and, for reading, every Trainer
+    argument the run uses (RUN/trainer_arguments.json)."""
+    (output_dir / RUN_CONFIG_FILE).write_text(
+        json.dumps(run_config(options), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (output_dir / TRAINER_ARGUMENTS_FILE).write_text(training_args.to_json_string() + "\n", encoding="utf-8")
+
+
 def _evaluate_folder(
     model_dir: Path, sources: list[str], references: list[str], options: TrainOptions
 ) -> tuple[dict, Any, Any]:
@@ -617,8 +787,11 @@ def _card_inputs(
         notes.append(f"## Learning curve\n\n![validation BLEU against training minutes]({summary['learning_curve']})")
     budget = {"max_time": options.max_time, "max_steps": options.max_steps, "epochs": options.epochs}
     training = {
-        "Preset": options.preset,
-        "Joint BPE vocabulary (§5.1)": options.vocab_size if options.tokenizer is None else None,
+        "Preset": options.preset if options.init_from is None else None,
+        "Fine-tuned from": None if options.init_from is None else os.fspath(options.init_from),
+        "Joint BPE vocabulary (§5.1)": options.vocab_size
+        if options.tokenizer is None and not options.init_from
+        else None,
         "Tokenizer": str(options.tokenizer) if options.tokenizer is not None else None,
         "Maximum sentence length (tokens)": options.max_length,
         "Dropout P_drop": options.dropout,
@@ -712,8 +885,10 @@ def train(options: TrainOptions) -> TrainResult | None:
     lr = options.learning_rate()
     bf16, precision = resolve_bf16(options.bf16, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"Precision: {precision}", flush=True)
-    # Built first: it checks the optimization options before any data is read or any folder touched.
-    training_args = VanillaSeq2SeqTrainingArguments(
+    init_dir = _init_folder(options) if options.init_from is not None else None
+    # Built first: it checks the optimization options before any data is read or any folder touched. The options'
+    # arguments, then the user's other Trainer arguments (`trainer_args`) over them.
+    arguments: dict[str, Any] = dict(
         output_dir=str(Path(options.output_dir) / CHECKPOINTS),
         lr_schedule=options.schedule,
         learning_rate=lr,
@@ -749,6 +924,8 @@ def train(options: TrainOptions) -> TrainResult | None:
         disable_tqdm=not options.progress,
         report_to=report_to,
     )
+    arguments.update(_trainer_overrides(options.trainer_args))
+    training_args = VanillaSeq2SeqTrainingArguments(**arguments)
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun, the main process owns the run folder
     if main_process:
         refuse_if_in_use(Path(options.output_dir))
@@ -764,14 +941,17 @@ def train(options: TrainOptions) -> TrainResult | None:
         )
 
     print(f"Training pairs: {len(train_pairs):,} ({data_name}, {options.src_lang} -> {options.tgt_lang})", flush=True)
-    if options.tokenizer is not None:
+    if init_dir is not None:  # fine-tuning: the folder's own tokenizer, whatever it is (BPE, SentencePiece)
+        given_tokenizer = _init_tokenizer(init_dir)
+        tokenizer_identity = tokenizer_fingerprint(given_tokenizer)
+    elif options.tokenizer is not None:
         given_tokenizer = load_tokenizer(options.tokenizer)
         tokenizer_identity = tokenizer_fingerprint(given_tokenizer)
     else:
         tokenizer_identity = f"a joint BPE of --vocab-size {options.vocab_size}"
     if resume_from is not None:  # the run's own tokenizer; the options' must be the same (check_same_run)
         tokenizer = load_tokenizer(resume_from)
-    elif options.tokenizer is not None:
+    elif init_dir is not None or options.tokenizer is not None:
         tokenizer = given_tokenizer
     else:
         texts = list(train_pairs["source"]) + list(train_pairs["target"])
@@ -794,11 +974,19 @@ def train(options: TrainOptions) -> TrainResult | None:
         )
     valid_dataset = _dev_dataset(data.valid, tokenizer, options) if data.valid is not None else None
 
-    overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer)}
-    if options.dropout is not None:
-        overrides["P_drop"] = options.dropout
-    config = VanillaTransformerConfig.from_preset(options.preset, **overrides)
+    if init_dir is not None:  # the folder's model as it is; only P_drop (§5.4) may change for the new data
+        config = VanillaTransformerConfig.from_pretrained(init_dir)
+        if options.dropout is not None:
+            config.dropout = options.dropout
+    else:
+        overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer)}
+        if options.dropout is not None:
+            overrides["P_drop"] = options.dropout
+        config = VanillaTransformerConfig.from_preset(options.preset, **overrides)
     settings = _run_settings(options, train_pairs, tokenizer_identity, config.dropout, bf16)
+    if init_dir is not None:  # a resume must start from the same folder: its weights are the run's start
+        settings.pop("--preset")
+        settings["--init-from"] = f"{init_dir} ({_weights_fingerprint(init_dir)})"
     output_dir = Path(options.output_dir)
     finished = False
     if resume_from is not None:
@@ -833,6 +1021,7 @@ def train(options: TrainOptions) -> TrainResult | None:
                 )
             _clear_for_run(output_dir, checkpoint_dir, resume_from)
             write_settings(output_dir, settings)
+            _write_run_config(output_dir, options, training_args)
         return _train_checked(
             options,
             training_args,
@@ -884,14 +1073,21 @@ def _train_checked(
     model_dir = output_dir / MODEL_DIR
     lr = options.learning_rate()
     torch.manual_seed(options.seed)
-    model = VanillaTransformerForConditionalGeneration(config)
+    if options.init_from is not None:  # fine-tuning: the folder's weights and its decoding (generation config)
+        init_dir = _init_folder(options)
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(init_dir, config=config)
+    else:
+        init_dir = None
+        model = VanillaTransformerForConditionalGeneration(config)
     model.set_attn_implementation(options.attn_implementation or training_attention(training_args.device))
     # §6.1 decoding, set before training: Seq2SeqTrainer's generation-based evaluation would otherwise fill the
-    # global defaults (max_length 20) into it.
-    model.generation_config = paper_generation_config(config)
+    # global defaults (max_length 20) into it. A fine-tuned folder keeps its own where it has one.
+    if init_dir is None or not (init_dir / "generation_config.json").is_file():
+        model.generation_config = paper_generation_config(config)
     budget = f"at most {options.max_time / 60:.1f} minutes" if options.max_time is not None else "no time limit"
     print(
-        f"Model: {options.preset}, {sum(p.numel() for p in model.parameters()):,} parameters; training with "
+        f"Model: {options.preset if init_dir is None else f'from {init_dir}'}, "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters; training with "
         f"{budget}, {options.schedule} schedule (lr {lr:g}, warmup {options.warmup_steps}), batches of <= "
         f"{options.max_tokens} tokens per side",
         flush=True,
@@ -961,7 +1157,8 @@ def _train_checked(
         "command": options.command,
         "languages": [options.src_lang, options.tgt_lang],
         "data": data_name,
-        "preset": options.preset,
+        "preset": options.preset if options.init_from is None else None,
+        "init_from": None if options.init_from is None else os.fspath(options.init_from),
         "updates": step,
         "epochs": trainer.state.epoch,
         "averaged_checkpoints": [path.name for path in to_average],
