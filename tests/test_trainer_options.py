@@ -52,9 +52,9 @@ def test_a_config_file_holds_options_and_trainer_arguments_and_the_command_line_
     assert options.curve_every == 600.0  # the file's recipe
     assert options.trainer_args == {"adam_beta2": 0.997, "max_grad_norm": 2.0}
     config = tmp_path / "run.json"
-    config.write_text(json.dumps({"lr": 5e-4, "report_to": ["tensorboard"]}), encoding="utf-8")
+    config.write_text(json.dumps({"lr": 5e-4, "report_to": "tensorboard", "optim": "adafactor"}), encoding="utf-8")
     options = cli_train_options(["--config", str(config)], monkeypatch)
-    assert (options.lr, options.trainer_args) == (5e-4, {"report_to": ["tensorboard"]})
+    assert (options.lr, options.report_to, options.trainer_args) == (5e-4, "tensorboard", {"optim": "adafactor"})
 
 
 @pytest.mark.parametrize(
