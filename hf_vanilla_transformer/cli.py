@@ -313,6 +313,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     parser.add_argument("--batch-size", type=_positive_int, default=64)
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
     parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
+    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -325,7 +326,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     names = (
         *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("max_input_tokens", "trust_remote_code"),
+        *("max_input_tokens", "trust_remote_code", "int8"),
     )
     results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
     print(
@@ -351,6 +352,7 @@ def _add_translate_parser(subparsers: Any) -> None:
     parser.add_argument("--input", metavar="FILE", help="translate the lines of this UTF-8 file (.gz allowed)")
     parser.add_argument("--batch-size", type=_positive_int, default=32)
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
+    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.set_defaults(func=run_translate)
@@ -371,7 +373,7 @@ def run_translate(args: argparse.Namespace) -> int:
         sentences = read_lines(existing_file(args.input, "--input"))
     else:
         sentences = decode_lines(sys.stdin.buffer.read(), "stdin")
-    names = ("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code")
+    names = ("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "int8")
     options = TranslateOptions(sentences=sentences, **_options(args, names))
     for line in translate(options):
         print(line)

@@ -140,13 +140,23 @@ def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: st
     return src_lang or trained_src, tgt_lang or trained_tgt
 
 
-def load_model(model_dir: str | os.PathLike, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+def load_model(
+    model_dir: str | os.PathLike, trust_remote_code: bool = False, int8: bool = False, **kwargs: Any
+) -> Any:
     """A saved model for decoding, on the GPU when there is one (evaluation is mostly beam search). Code that comes
-    with the folder runs only with `trust_remote_code` (transformers would otherwise ask on the terminal)."""
+    with the folder runs only with `trust_remote_code` (transformers would otherwise ask on the terminal). `int8`:
+    on the CPU with int8 linear layers (quantization.quantize_int8), even where there is a GPU."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
+    if int8:
+        from .quantization import quantize_int8
+
+        try:
+            return quantize_int8(model)
+        except RuntimeError as error:  # no int8 kernels in this torch: the message names the fix
+            raise WorkflowError(f"`--int8`: {error}") from None
     return model.to("cuda") if torch.cuda.is_available() else model
 
 
@@ -842,6 +852,7 @@ class EvaluateOptions:
     progress: bool = True
     max_input_tokens: int | None = None
     trust_remote_code: bool = False
+    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
@@ -867,7 +878,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
                 f"{Path(options.output) / 'scores.json'}."
             )
         writable_folder(Path(options.output).parent, "--output")
-    model = load_model(model_dir, options.trust_remote_code)
+    model = load_model(model_dir, options.trust_remote_code, int8=options.int8)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
         model,
@@ -897,6 +908,7 @@ class TranslateOptions:
     num_beams: int | None = None
     max_input_tokens: int | None = None
     trust_remote_code: bool = False
+    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
 
 
 def translate(options: TranslateOptions) -> list[str]:
@@ -907,7 +919,7 @@ def translate(options: TranslateOptions) -> list[str]:
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
     if not options.sentences:
         raise WorkflowError("Nothing to translate: pass sentences as arguments, with --input or on stdin.")
-    model = load_model(model_dir, options.trust_remote_code)
+    model = load_model(model_dir, options.trust_remote_code, int8=options.int8)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     generation_kwargs = _generation_kwargs(options.num_beams)
     return translate_batches(
