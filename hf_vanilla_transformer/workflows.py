@@ -149,14 +149,16 @@ def load_model(
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
-    if int8:
-        from .quantization import quantize_int8
+    if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
+        from .quantization import int8_engine, quantize_int8
 
         try:
-            return quantize_int8(model)
-        except RuntimeError as error:  # no int8 kernels in this torch: the message names the fix
+            int8_engine()
+        except RuntimeError as error:
             raise WorkflowError(f"`--int8`: {error}") from None
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
+    if int8:
+        return quantize_int8(model)
     return model.to("cuda") if torch.cuda.is_available() else model
 
 
