@@ -24,8 +24,8 @@ ModelT = TypeVar("ModelT", bound=nn.Module)
 
 
 def int8_engine() -> str:
-    """The quantized engine torch will run the int8 layers with; raises RuntimeError (one line, with the fix) where this
-    torch has no dynamic int8 quantization or no engine for this CPU."""
+    """The quantized engine torch will run the int8 layers with; raises RuntimeError (one line, with the fix) where
+    this torch has no dynamic int8 quantization or no engine for this CPU."""
     quantization = getattr(torch.ao, "quantization", None)
     engines = [engine for engine in torch.backends.quantized.supported_engines if engine != "none"]
     if quantization is None or not hasattr(quantization, "quantize_dynamic") or not engines:
