@@ -78,6 +78,17 @@ def test_translate_and_evaluate_with_int8(folder, capsys, tmp_path) -> None:
     assert code == 0 and out.startswith("BLEU 100.00"), out
 
 
+def test_the_translation_pipeline_takes_an_int8_model(folder) -> None:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    model = quantize_int8(AutoModelForSeq2SeqLM.from_pretrained(folder))
+    translator = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    with profile() as prof:
+        output = translator(["w4 w5 w6"], max_new_tokens=4)
+    assert isinstance(output[0]["translation_text"], str)
+    assert "quantized::linear_dynamic" in {event.key for event in prof.key_averages()}
+
+
 def test_int8_without_int8_kernels_is_one_line_naming_the_fix(folder, capsys, monkeypatch) -> None:
     monkeypatch.delattr(torch.ao.quantization, "quantize_dynamic")  # a torch that dropped dynamic quantization
     code, _, err = run(["translate", str(folder), "w4 w5", "--int8"], capsys)
