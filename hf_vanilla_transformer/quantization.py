@@ -5,7 +5,7 @@ The kernels are torch's own (`torch.ao.quantization.quantize_dynamic`: FBGEMM's 
 QNNPACK on ARM), so no other package is needed. torchao's `Int8DynamicActivationInt8WeightConfig` (0.18, the
 maintained successor) was measured too: run eagerly on the CPU it is slower than float32 (it re-transposes the weight
 and re-sums its columns at every call and leaves their fusion to torch.compile), while FBGEMM's kernels are several
-times faster than float32 on a decoding step's few rows (docs/results.md, "int8 inference"). Embeddings, layer norms
+times faster than float32 on a decoding step's few rows (docs/model.md, "int8 inference"). Embeddings, layer norms
 and attention's own products stay float32.
 
 Quantize after loading; the int8 model is for inference only (no gradients, CPU only) and is not saved: quantizing a
