@@ -158,7 +158,7 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         default=recipe.name,
         choices=sorted(RECIPES),
         help="the settings to start from (hf_vanilla_transformer/recipes.py): "
-        + "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values()),
+        + "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values()).replace("%", "%%"),
     )
     parser.add_argument(
         "--config",
@@ -516,6 +516,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     parser.add_argument("--batch-size", type=_positive_int, default=64)
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
     parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
+    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -528,7 +529,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     names = (
         *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("max_input_tokens", "trust_remote_code"),
+        *("max_input_tokens", "trust_remote_code", "int8"),
     )
     results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
     print(
@@ -583,6 +584,7 @@ def _add_translate_parser(subparsers: Any) -> None:
         help="decode under bf16 autocast (fast on GPUs and CPUs with bf16 matrix units; CPUs without emulate it "
         "slowly)",
     )
+    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.set_defaults(func=run_translate)
@@ -626,7 +628,7 @@ def run_translate(args: argparse.Namespace) -> int:
         lines = LineStream(sys.stdin.buffer, "stdin")
     names = (
         *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
-        *("max_new_tokens", "n_best", "device", "bf16"),
+        *("max_new_tokens", "n_best", "device", "bf16", "int8"),
     )
     results = translate_stream(TranslateOptions(**_options(args, names)), lines)
     # The first line comes once the model is loaded and the options checked: only then is --output created.

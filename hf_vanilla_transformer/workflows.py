@@ -198,11 +198,15 @@ def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: st
 
 
 def load_model(
-    model_dir: str | os.PathLike, trust_remote_code: bool = False, device: str = "auto", **kwargs: Any
+    model_dir: str | os.PathLike,
+    trust_remote_code: bool = False,
+    device: str = "auto",
+    int8: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """A saved model for decoding on `device` (one of DEVICES): "auto" is the GPU when there is one (evaluation is
     mostly beam search). Code that comes with the folder runs only with `trust_remote_code` (transformers would
-    otherwise ask on the terminal)."""
+    otherwise ask on the terminal). `int8`: on the CPU with int8 linear layers (quantization.quantize_int8)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -210,7 +214,18 @@ def load_model(
         raise WorkflowError(f"`--device` must be one of {', '.join(DEVICES)}, got {device!r}.")
     if device == "cuda" and not torch.cuda.is_available():
         raise WorkflowError("`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu (or auto).")
+    if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
+        from .quantization import int8_engine, quantize_int8
+
+        if device == "cuda":
+            raise WorkflowError("`--int8` runs on the CPU (int8 CPU kernels); drop --int8 or pass --device cpu.")
+        try:
+            int8_engine()
+        except RuntimeError as error:
+            raise WorkflowError(f"`--int8`: {error}") from None
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
+    if int8:
+        return quantize_int8(model)
     return model.to("cuda") if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else model
 
 
@@ -1245,6 +1260,7 @@ class EvaluateOptions:
     progress: bool = True
     max_input_tokens: int | None = None
     trust_remote_code: bool = False
+    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
@@ -1265,7 +1281,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         sources, references = list(pairs["source"]), list(pairs["target"])
     if options.output is not None:  # checked before decoding, which can take long
         writable_file(options.output, "--output", "JSON", "scores.json")
-    model = load_model(model_dir, options.trust_remote_code)
+    model = load_model(model_dir, options.trust_remote_code, int8=options.int8)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
         model,
@@ -1309,6 +1325,7 @@ class TranslateOptions:
     n_best: int | None = None
     device: str = "auto"
     bf16: bool = False
+    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
 
 
 def _check_translate_options(options: TranslateOptions) -> None:
@@ -1323,6 +1340,8 @@ def _check_translate_options(options: TranslateOptions) -> None:
     penalty = options.length_penalty
     if penalty is not None and (isinstance(penalty, bool) or not math.isfinite(penalty)):
         raise WorkflowError(f"`--length-penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
+    if options.int8 and options.bf16:  # int8 products take float32 activations: autocast would hand them bf16
+        raise WorkflowError("`--int8` and `--bf16` are two precisions for the same products; pass one of them.")
 
 
 def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
@@ -1362,7 +1381,7 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
             f"`--n-best` {n_best} needs at least {n_best} beams, but the decoding has {beams} (--num-beams, else the "
             f"model's generation_config.json). Pass --num-beams {n_best} or more, or a smaller --n-best."
         )
-    model = load_model(model_dir, options.trust_remote_code, options.device)
+    model = load_model(model_dir, options.trust_remote_code, options.device, int8=options.int8)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     if options.bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise WorkflowError("`--bf16`: this GPU has no bf16 support. Drop --bf16.")

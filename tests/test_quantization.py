@@ -1,0 +1,96 @@
+"""int8 inference (quantization.py): int8 kernels run in place of every float32 (packed) linear, the logits and
+greedy tokens stay those of float32 within a tolerance, and `translate`/`evaluate --int8` work from the command line
+(with a one-line error where torch has no int8 kernels)."""
+
+import pytest
+import torch
+from torch import nn
+from torch.profiler import profile
+
+from hf_vanilla_transformer.quantization import quantize_int8
+
+from .conftest import random_batch, tiny_model, tiny_tokenizer
+from .test_cli import run
+
+
+def op_names(model: nn.Module, batch: dict[str, torch.Tensor]) -> set[str]:
+    with profile() as prof, torch.no_grad():
+        model(**batch)
+    return {event.key for event in prof.key_averages()}
+
+
+def test_int8_kernels_replace_every_linear_and_keep_the_logits_close() -> None:
+    model, batch = tiny_model(), random_batch()
+    with torch.no_grad():
+        reference = model(**batch).logits
+    assert "aten::linear" in op_names(model, batch)  # the float32 model's layers: what int8 must replace
+    quantized = quantize_int8(model)
+    assert quantized is model and not any(type(module) is nn.Linear for module in model.modules())
+    names = op_names(model, batch)
+    assert "quantized::linear_dynamic" in names
+    assert not {"aten::linear", "aten::addmm", "mkldnn::_linear_pointwise"} & names  # no float32 product left
+    with torch.no_grad():
+        logits = model(**batch).logits
+    # int8 weights (per row) and inputs (per call): a few percent of the logits' range at most (1.7% measured).
+    assert (logits - reference).abs().max() <= 0.05 * reference.abs().max()
+
+
+def test_int8_greedy_tokens_stay_those_of_float32() -> None:
+    """The tolerance: of 16 greedy outputs of an untrained model (small logit margins, the hard case), at least 14
+    identical; a trained model's margins are larger (the Multi30k BLEU in docs/results.md)."""
+    model, batch = tiny_model(), random_batch(batch=16)
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=1)
+    with torch.no_grad():
+        reference = model.generate(**kwargs, max_new_tokens=8)
+        quantize_int8(model)
+        tokens = model.generate(**kwargs, max_new_tokens=8)
+    assert tokens.shape[0] == reference.shape[0] == 16
+    same = sum(torch.equal(a, b) for a, b in zip(tokens, reference, strict=True))
+    assert same >= 14, same
+
+
+def test_int8_refuses_a_model_off_the_cpu() -> None:
+    model = tiny_model().to("meta")
+    with pytest.raises(ValueError, match=r"CPU only.*\['meta'\].*drop --int8"):
+        quantize_int8(model)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """The tiny model with the word-level tokenizer, saved."""
+    folder = tmp_path_factory.mktemp("int8") / "model"
+    tiny_model().save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_translate_and_evaluate_with_int8(folder, capsys, tmp_path) -> None:
+    sentences = ["w4 w5 w6", "w7 w8", "w9 w10 w11 w12"]
+    argv = ["translate", str(folder), *sentences, "--num-beams", "1"]
+    code, fp32, _ = run(argv, capsys)
+    assert code == 0 and len(fp32.splitlines()) == 3
+    code, int8, _ = run([*argv, "--int8"], capsys)
+    assert code == 0 and len(int8.splitlines()) == 3
+    (tmp_path / "src.txt").write_text("\n".join(sentences) + "\n")
+    (tmp_path / "ref.txt").write_text(int8)  # the int8 translations as references: evaluate --int8 scores 100
+    argv = ["evaluate", str(folder), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    code, out, _ = run([*argv, "--num-beams", "1", "--int8", "--no-progress"], capsys)
+    assert code == 0 and out.startswith("BLEU 100.00"), out
+
+
+def test_the_translation_pipeline_takes_an_int8_model(folder) -> None:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    model = quantize_int8(AutoModelForSeq2SeqLM.from_pretrained(folder))
+    translator = pipeline("translation", model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    with profile() as prof:
+        output = translator(["w4 w5 w6"], max_new_tokens=4)
+    assert isinstance(output[0]["translation_text"], str)
+    assert "quantized::linear_dynamic" in {event.key for event in prof.key_averages()}
+
+
+def test_int8_without_int8_kernels_is_one_line_naming_the_fix(folder, capsys, monkeypatch) -> None:
+    monkeypatch.delattr(torch.ao.quantization, "quantize_dynamic")  # a torch that dropped dynamic quantization
+    code, _, err = run(["translate", str(folder), "w4 w5", "--int8"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "`--int8`" in err and "torch.ao.quantization.quantize_dynamic" in err and "pip install" in err
