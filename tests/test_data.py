@@ -124,7 +124,7 @@ def test_tokenize_pairs_filters_long_and_empty_pairs_explicitly(caplog) -> None:
     kept = tokenize_pairs(pairs, tokenizer, max_length=5)
     assert kept["source"] == ["w4 w5"]
     assert kept[0]["input_ids"] == [4, 5, 2] and kept[0]["labels"] == [7, 2]
-    assert "Dropped 3 of 4 pairs" in caplog.text
+    assert "kept 1 of 4 pairs; dropped 1 with an empty side, 2 over --max-length 5 tokens" in caplog.text
     assert len(tokenize_pairs(pairs, tokenizer, max_length=None)) == 3  # only the empty pair goes
     assert DEFAULT_MAX_LENGTH >= 128
 
