@@ -113,7 +113,7 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[fl
     return seconds, code, rss_kb / 1024, (output.strip().splitlines() or [""])[-1]
 
 
-def measure(size: int, work: Path, steps: int) -> dict:
+def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict:
     source_path, target_path = make_corpus(size, work)
     cache = work / f"cache-{size}"
     shutil.rmtree(cache, ignore_errors=True)
@@ -128,7 +128,7 @@ def measure(size: int, work: Path, steps: int) -> dict:
     shutil.rmtree(output, ignore_errors=True)
     train = [sys.executable, "-m", "hf_vanilla_transformer", "train", "--train-src", str(source_path)]
     train += ["--train-tgt", str(target_path), "--max-steps", str(steps), "--no-eval", "--no-progress"]
-    train += ["--logging-steps", "10", "--output-dir", str(output)]
+    train += ["--logging-steps", "10", "--output-dir", str(output), *train_options]
     log = work / f"train-{size}.log"
     seconds, code, rss, _ = run_measured(train, env, log)
     if code:
@@ -174,11 +174,14 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[MULTI30K, 10 * MULTI30K, 100 * MULTI30K])
     parser.add_argument("--work", type=Path, default=Path("/tmp/hf-vanilla-scale"))
     parser.add_argument("--json-dir", type=Path, default=Path("bench/results"))
-    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=50, help="updates of each `train` run")
+    parser.add_argument(
+        "--train-options", default="", help='more `train` options, e.g. "--max-tokens 1024" (one string)'
+    )
     args = parser.parse_args()
     results = []
     for size in args.sizes:
-        result = measure(size, args.work, args.steps)
+        result = measure(size, args.work, args.steps, args.train_options.split())
         args.json_dir.mkdir(parents=True, exist_ok=True)
         (args.json_dir / f"scale_{size}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result), flush=True)
