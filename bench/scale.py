@@ -18,7 +18,7 @@ For each size, in processes of their own:
   units), on the cache the preprocessing left (so it reloads the Arrow files, trains the same BPE on the same
   sample and reuses the tokenized cache: a second run, as the user's). Its peak RSS up to the 50th update and the
   end is `resource.getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper process that runs only it; its training
-  tokens/s is the mean `tgt_tokens_per_second` of the Trainer's logs after the 10th update (logged every 10).
+  tokens/s is the mean `tgt_tokens_per_second` of the Trainer's logs (every 10 updates) after the first update's.
 
 Writes `scale_<size>.json` per size into `--json-dir` and prints a table with the targets of issue 23 item 4.
 """
@@ -134,7 +134,8 @@ def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict
     if code:
         raise SystemExit(f"train {size} failed (exit {code}); see {log}")
     state = json.loads(next(output.glob("checkpoints/checkpoint-*/trainer_state.json")).read_text())
-    rates = [entry["tgt_tokens_per_second"] for entry in state["log_history"] if entry.get("step", 0) > 10]
+    # Every training log but the first update's (logging_first_step), which holds the start-up.
+    rates = [entry["tgt_tokens_per_second"] for entry in state["log_history"] if entry.get("step", 0) > 1]
     rates = [rate for rate in rates if rate is not None]
     result["train"] = {
         "command": " ".join(train[1:]),
@@ -161,7 +162,7 @@ def table(results: list[dict]) -> str:
             f"| {result['size']:,} | {pre['seconds']['load']:.1f} | {pre['seconds']['bpe']:.1f} "
             f"({pre['bpe_sentences']:,}) | {pre['seconds']['tokenize_and_clean']:.1f} | "
             f"{pre['microseconds_per_pair']:.1f} | {pre['peak_rss_mb']:,.0f} | {train['peak_rss_mb']:,.0f} | "
-            f"{train['tgt_tokens_per_second']:,.0f} |"
+            f"{train['tgt_tokens_per_second'] or float('nan'):,.0f} |"
         )
     return "\n".join(rows)
 
