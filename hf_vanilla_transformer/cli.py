@@ -112,6 +112,7 @@ _TRAIN_OPTIONS = (
     *("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"),
     *("dataset", "dataset_config", "src_column", "tgt_column", "train_split", "valid_split", "test_split"),
     "max_length",
+    *("max_length_ratio", "preprocessing_workers", "tokenizer_sample"),
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
@@ -135,7 +136,7 @@ def _budget(recipe: Recipe) -> str:
 def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     """The `train` options; the defaults of those a recipe sets are `recipe`'s (the one `--recipe` names)."""
     from .configuration_vanilla_transformer import PRESETS
-    from .data import DEFAULT_MAX_LENGTH, MULTI30K_LANGUAGES
+    from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
     from .training import LR_SCHEDULES
 
     parser = subparsers.add_parser(
@@ -199,6 +200,24 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         type=_positive_int,
         default=DEFAULT_MAX_LENGTH,
         help="drop training pairs with more tokens than this on a side (</s> included)",
+    )
+    data.add_argument(
+        "--max-length-ratio",
+        type=_positive_float,
+        help="drop training pairs whose longer side has more than this times the tokens of the shorter (e.g. 1.5 "
+        "to 9, as Moses' clean-corpus-n); default: keep every ratio",
+    )
+    data.add_argument(
+        "--preprocessing-workers",
+        type=_positive_int,
+        default=1,
+        help="processes that tokenize the training data (into a cached Arrow file, reused by the next run)",
+    )
+    data.add_argument(
+        "--tokenizer-sample",
+        type=_positive_int,
+        default=DEFAULT_TOKENIZER_SAMPLE,
+        help="train the BPE on at most this many sentences (a seeded sample of the pairs; all of Multi30k fits)",
     )
     data.add_argument("--max-train-pairs", type=_positive_int, help="use only the first N training pairs")
 

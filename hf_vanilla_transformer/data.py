@@ -5,29 +5,43 @@ Four ways in, all giving the same columns:
   and citation), any two of en / de / fr, either direction; splits `train` (29,000 pairs), `validation` (1,014) and
   `test` (test_2016_flickr, 1,000);
 - `load_parallel_files(source_path, target_path)`: two text files (optionally .gz), one sentence per line, line i
-  of one the translation of line i of the other;
+  of one the translation of line i of the other, streamed into an Arrow file in the `datasets` cache (memory-mapped,
+  so a corpus of any size is never held in memory; rebuilt when a file changes);
 - `load_dataset_pairs(name_or_path, ...)`: splits of a Hub dataset, a save_to_disk folder or a local
   json/jsonl/csv/parquet file, through `datasets`;
 - `from_dataset(dataset, src_lang, tgt_lang)`: an existing `datasets.Dataset` with a `translation` column of
   {lang: text} dicts (the Hub's convention, e.g. wmt14), two text columns, or `source` / `target` columns.
 
-`tokenize_pairs` then tokenizes with a joint tokenizer (tokenization.py) and drops, explicitly and with a count in
-the log, pairs with an empty side or with more than `max_length` tokens on a side (`</s>` included).
+`prepare_pairs` (and `tokenize_pairs`, its dataset alone) then tokenizes with a joint tokenizer (tokenization.py)
+through `datasets.map` into a cached Arrow file, reused by a later call with the same data and tokenizer, and cleans
+the corpus as fairseq / Moses `clean-corpus-n` users expect, with a count for each reason: pairs with an empty side,
+with more than `max_length` tokens on a side (`</s>` included), and (optional) with a token-length ratio above
+`max_length_ratio`. The lengths are kept as numpy arrays, so batching (training.TokenBudgetBatchSampler) and checks
+never read the token columns into Python. `tokenizer_sample` picks the sentences a BPE is trained on.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
+import hashlib
 import json
 import logging
 import os
 import select
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict
+from datasets.exceptions import DatasetGenerationError
+from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
@@ -39,6 +53,12 @@ MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_fli
 # Longest side kept for training, in tokens with </s>. Multi30k's longest sentence is far shorter (under 100 tokens
 # with the 8k BPE: 54), so the default drops nothing there; it guards memory on other corpora.
 DEFAULT_MAX_LENGTH = 256
+# Sentences a BPE is trained on by default: tokenizer training on this many stays under a minute on 2 cores, and
+# all of Multi30k (2 x 29,000 training sentences) fits, so its tokenizer is trained on the whole corpus.
+DEFAULT_TOKENIZER_SAMPLE = 1_000_000
+# Part of the names of the cache files: a change to what they hold must change it, so old caches are not reused.
+_CACHE_VERSION = "1"
+_BATCH = 10_000  # rows per batch when streaming a column
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
@@ -59,24 +79,36 @@ def decode_lines(data: bytes, name: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (gzipped if it ends in .gz), as `decode_lines` splits them. A file that is not
-    UTF-8, or a damaged .gz, raises a ValueError naming the file (and the line)."""
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzipped if it ends in .gz), one at a time, split as `decode_lines` splits
+    them. A file that is not UTF-8 (file and line number), or a damaged .gz, raises a ValueError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
-    if path.suffix == ".gz":
-        try:
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        except (OSError, EOFError, zlib.error) as error:  # BadGzipFile is an OSError; a truncated file an EOFError
-            raise ValueError(
-                f"{path} is not a readable gzip file ({error}): it is truncated or damaged. Copy or download it "
-                "again, or pass the uncompressed file."
-            ) from None
-    else:
-        data = path.read_bytes()
-    return decode_lines(data, str(path))
+    number = 0
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
+            # Binary lines end at b"\n" only, as decode_lines splits; a UTF-8 character never contains that byte.
+            for number, raw in enumerate(handle, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise ValueError(
+                        f"{path} is not UTF-8 text: line {number} has the byte 0x{raw[error.start]:02x}, which UTF-8 "
+                        "does not allow there. Convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line."
+                    ) from None
+                yield text.removesuffix("\n").removesuffix("\r")
+    except (OSError, EOFError, zlib.error) as error:  # BadGzipFile is an OSError; a truncated file an EOFError
+        raise ValueError(
+            f"{path} is not a readable gzip file ({error}): it is truncated or damaged (after line {number}). Copy "
+            "or download it again, or pass the uncompressed file."
+        ) from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file (gzipped if it ends in .gz) as a list: `iter_lines`, for files that are small
+    enough to hold (a test set); training files go through `load_parallel_files`."""
+    return list(iter_lines(path))
 
 
 class LineStream:
@@ -132,19 +164,69 @@ class LineStream:
         return text.removesuffix("\r")
 
 
-def load_parallel_files(source_path: str | Path, target_path: str | Path) -> Dataset:
-    """A `Dataset` with `source` / `target` columns from two line-aligned files (see `read_lines`)."""
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"`{source_path}` has {len(sources)} lines but `{target_path}` has {len(targets)}: line "
-            f"{min(len(sources), len(targets)) + 1} of `{source_path if len(sources) > len(targets) else target_path}`"
-            " is the first without a partner; parallel files must have one line per sentence pair. Check that the "
-            "two files belong together."
-        )
-    if not sources:
+def _parallel_lines(source_path: str, target_path: str) -> Iterator[dict[str, str]]:
+    """The pairs of two line-aligned files, checked as they stream: an empty file, or line counts that differ
+    (counted to the end of the longer file), raise a ValueError naming the file."""
+    sources, targets = iter_lines(source_path), iter_lines(target_path)
+    count = 0
+    for count, (source, target) in enumerate(zip_longest(sources, targets), 1):
+        if source is None or target is None:  # one file ended at line `count`: count the other to its end
+            shorter, longer, rest = (
+                (source_path, target_path, targets) if source is None else (target_path, source_path, sources)
+            )
+            if count == 1:
+                raise ValueError(f"`{shorter}` is empty. Pass files with at least one sentence pair.")
+            raise ValueError(
+                f"`{longer}` has {count + sum(1 for _ in rest)} lines but `{shorter}` has {count - 1}: line "
+                f"{count} of `{longer}` has no counterpart. Parallel files need one line per sentence pair; check "
+                "that the two files belong together (a sentence split or joined across lines shifts every line "
+                "after it)."
+            )
+        yield {"source": source, "target": target}
+    if count == 0:
         raise ValueError(f"`{source_path}` is empty. Pass files with at least one sentence pair.")
-    return Dataset.from_dict({"source": sources, "target": targets})
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """No `datasets` progress bars (they would add lines to the CLI's one-line errors); restores the setting."""
+    if are_progress_bars_disabled():
+        yield
+        return
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        enable_progress_bars()
+
+
+def load_parallel_files(
+    source_path: str | Path, target_path: str | Path, cache_dir: str | Path | None = None
+) -> Dataset:
+    """A `Dataset` with `source` / `target` columns from two line-aligned files (see `iter_lines`), streamed into an
+    Arrow file in the `datasets` cache (`cache_dir`, default: HF_DATASETS_CACHE) and memory-mapped from there. The
+    cache is named after the files' paths, sizes and modification times: changing a file builds it again.
+
+    Raises a ValueError naming the file for an empty file, line counts that differ (both counts and the first line
+    past the shorter file), bytes that are not UTF-8 (and the line) and a damaged .gz."""
+    paths = [Path(source_path).resolve(), Path(target_path).resolve()]
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
+    stamp = json.dumps([_CACHE_VERSION, *[(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]])
+    fingerprint = "parallel-" + hashlib.sha256(stamp.encode()).hexdigest()[:24]
+    try:
+        with _quiet_datasets():
+            return Dataset.from_generator(
+                _parallel_lines,
+                gen_kwargs={"source_path": str(source_path), "target_path": str(target_path)},
+                cache_dir=None if cache_dir is None else str(cache_dir),
+                fingerprint=fingerprint,
+            )
+    except DatasetGenerationError as error:  # `datasets` wraps the generator's own errors: give ours back
+        if isinstance(error.__cause__, (ValueError, FileNotFoundError)):
+            raise error.__cause__ from None
+        raise
 
 
 def check_language_pair(src_lang: str, tgt_lang: str, languages: tuple[str, ...] = MULTI30K_LANGUAGES) -> None:
@@ -395,59 +477,221 @@ def _dataset_pairs(
     return pairs
 
 
-def tokenize_pairs(
-    dataset: Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int | None = DEFAULT_MAX_LENGTH
-) -> Dataset:
-    """Add `input_ids`, `attention_mask` and `labels` (both sides end in `</s>`) and drop pairs with an empty side
-    or, unless `max_length` is None, with more than `max_length` tokens on either side. Never truncates: a cut
-    target would teach the model to stop mid-sentence."""
+@dataclass(frozen=True)
+class Cleaning:
+    """What `prepare_pairs` dropped, by reason; each pair is counted once, under the first reason that applies (an
+    empty side, then `max_length`, then `max_length_ratio`)."""
+
+    pairs: int
+    empty: int
+    too_long: int
+    ratio: int
+    max_length: int | None
+    max_length_ratio: float | None
+
+    @property
+    def kept(self) -> int:
+        return self.pairs - self.empty - self.too_long - self.ratio
+
+    def summary(self) -> str:
+        """One line with every count, for the log."""
+        long = f"over --max-length {self.max_length} tokens" if self.max_length is not None else "too long (no limit)"
+        ratio = (
+            f"over --max-length-ratio {self.max_length_ratio:g}"
+            if self.max_length_ratio is not None
+            else "over a length ratio (--max-length-ratio off)"
+        )
+        return (
+            f"Cleaning: kept {self.kept:,} of {self.pairs:,} pairs; dropped {self.empty:,} with an empty side, "
+            f"{self.too_long:,} {long}, {self.ratio:,} {ratio}"
+        )
+
+
+@dataclass(frozen=True)
+class TokenizedPairs:
+    """`prepare_pairs`' result: the kept pairs (`dataset`: source, target, input_ids, attention_mask, labels,
+    source_length, target_length), their token counts (`</s>` included) as numpy arrays, what cleaning dropped, and
+    the tokenized cache file (None for a dataset in memory) with whether it was reused."""
+
+    dataset: Dataset
+    source_lengths: np.ndarray
+    target_lengths: np.ndarray
+    cleaning: Cleaning
+    cache_file: Path | None
+    reused: bool
+
+
+def _tokenizer_hash(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A hash of everything that decides the token ids: a fast tokenizer's whole pipeline (normalizer,
+    pre-tokenizer, model, post-processor), else the vocabulary and special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    state += json.dumps([type(tokenizer).__name__, tokenizer.all_special_tokens, tokenizer.split_special_tokens])
+    return hashlib.sha256(state.encode()).hexdigest()[:24]
+
+
+def _encode(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list]:
+    encoded = dict(tokenizer(batch["source"], text_target=batch["target"]))
+    return {
+        **encoded,
+        "source_length": [len(ids) for ids in encoded["input_ids"]],
+        "target_length": [len(ids) for ids in encoded["labels"]],
+        "blank": [
+            not (source.strip() and target.strip())
+            for source, target in zip(batch["source"], batch["target"], strict=True)
+        ],
+    }
+
+
+def prepare_pairs(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    max_length_ratio: float | None = None,
+    num_proc: int | None = None,
+) -> TokenizedPairs:
+    """Tokenize `dataset` (`source` / `target` columns) through `datasets.map` and clean it (see `Cleaning`).
+
+    The tokenized columns (`input_ids`, `attention_mask` and `labels`, both sides ending in `</s>`, and each side's
+    length) go to an Arrow file beside `dataset`'s own cache files, named after `dataset`'s fingerprint and the
+    tokenizer's: a second call with the same data and tokenizer reuses it instead of tokenizing again (`reused`).
+    A dataset held in memory is tokenized in memory. `num_proc` processes tokenize in parallel.
+
+    Cleaning drops pairs with an empty (blank) side, unless `max_length` is None those with more than `max_length`
+    tokens on either side, and unless `max_length_ratio` is None those whose longer side has more than
+    `max_length_ratio` times the tokens of the shorter (`</s>` not counted; Moses' clean-corpus-n / fairseq's
+    length-ratio filter, usually 1.5 to 9). Never truncates: a cut target would teach the model to stop
+    mid-sentence. Raises a ValueError when no pair is left."""
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
         raise ValueError(f"`max_length` must be an integer >= 2 (a token and </s>) or None, got {max_length!r}.")
+    if max_length_ratio is not None and (isinstance(max_length_ratio, bool) or not max_length_ratio >= 1):
+        raise ValueError(
+            f"`max_length_ratio` must be a number >= 1 (e.g. 1.5 to 9) or None, got {max_length_ratio!r}."
+        )
     for column in ("source", "target"):
         if column not in dataset.column_names:
             raise ValueError(
                 f"The dataset needs a `{column}` column, got columns {dataset.column_names}. Use from_dataset()."
             )
-
-    def encode(batch: dict[str, list[str]]) -> dict[str, list]:
-        return dict(tokenizer(batch["source"], text_target=batch["target"]))
-
-    def keep(batch: dict[str, list]) -> list[bool]:
-        kept = []
-        for source, target, source_ids, labels in zip(
-            batch["source"], batch["target"], batch["input_ids"], batch["labels"], strict=True
-        ):
-            too_long = max_length is not None and max(len(source_ids), len(labels)) > max_length
-            kept.append(bool(source.strip()) and bool(target.strip()) and not too_long)
-        return kept
-
-    encoded = dataset.map(encode, batched=True)
-    filtered = encoded.filter(keep, batched=True)
-    dropped = len(encoded) - len(filtered)
-    if dropped:
-        logger.warning(
-            f"Dropped {dropped} of {len(encoded)} pairs with an empty side or more than {max_length} tokens on a side."
+    dataset = dataset.select_columns(["source", "target"])
+    cache_file = None
+    reused = False
+    options: dict = {}
+    if dataset.cache_files:
+        fingerprint = hashlib.sha256(
+            f"{_CACHE_VERSION} {dataset._fingerprint} {_tokenizer_hash(tokenizer)}".encode()
+        ).hexdigest()[:24]
+        cache_file = Path(dataset.cache_files[0]["filename"]).parent / f"tokenized-{fingerprint}.arrow"
+        shards = (
+            [cache_file]
+            if not num_proc or num_proc == 1
+            else [
+                cache_file.with_name(f"{cache_file.stem}_{rank:05d}_of_{num_proc:05d}.arrow")
+                for rank in range(num_proc)
+            ]
         )
-    if not len(filtered):
+        reused = all(shard.is_file() for shard in shards)
+        if reused:
+            logger.info(f"Reusing tokenized cache {cache_file}")
+        options = {"cache_file_name": str(cache_file), "new_fingerprint": fingerprint, "load_from_cache_file": True}
+    with _quiet_datasets():
+        tokenized = dataset.map(
+            _encode, batched=True, fn_kwargs={"tokenizer": tokenizer}, num_proc=num_proc, **options
+        )
+    source_lengths, target_lengths, blank = _numpy_columns(tokenized, ["source_length", "target_length", "blank"])
+    longer = np.maximum(source_lengths, target_lengths)
+    too_long = ~blank & (longer > max_length) if max_length is not None else np.zeros_like(blank)
+    if max_length_ratio is not None:  # on the text's tokens: both sides end in one </s>
+        shorter = np.minimum(source_lengths, target_lengths) - 1
+        ratio = ~blank & ~too_long & (longer - 1 > max_length_ratio * np.maximum(shorter, 1))
+    else:
+        ratio = np.zeros_like(blank)
+    keep = ~(blank | too_long | ratio)
+    cleaning = Cleaning(
+        len(tokenized), int(blank.sum()), int(too_long.sum()), int(ratio.sum()), max_length, max_length_ratio
+    )
+    if not cleaning.kept:
         raise ValueError(
-            f"No sentence pair is left after dropping empty pairs and pairs longer than {max_length} tokens. "
-            "Check the data, or raise `max_length`."
+            f"No sentence pair is left after dropping empty pairs and pairs longer than {max_length} tokens"
+            + (f" or with a length ratio over {max_length_ratio:g}" if max_length_ratio is not None else "")
+            + ". Check the data, or raise `max_length`."
         )
-    return filtered
+    if cleaning.kept < cleaning.pairs:
+        tokenized = tokenized.select(np.flatnonzero(keep))
+    return TokenizedPairs(
+        tokenized.remove_columns("blank"),
+        source_lengths[keep],
+        target_lengths[keep],
+        cleaning,
+        cache_file,
+        reused,
+    )
+
+
+def tokenize_pairs(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    max_length_ratio: float | None = None,
+    num_proc: int | None = None,
+) -> Dataset:
+    """`prepare_pairs`' dataset alone, its cleaning counts logged (a warning) when it dropped pairs."""
+    prepared = prepare_pairs(dataset, tokenizer, max_length, max_length_ratio, num_proc)
+    if prepared.cleaning.kept < prepared.cleaning.pairs:
+        logger.warning(prepared.cleaning.summary())
+    return prepared.dataset
+
+
+def pair_lengths(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's source and target token counts, from the `source_length` / `target_length` columns that
+    `prepare_pairs` writes, else from the offsets of the `input_ids` / `labels` lists (Arrow, not Python lists)."""
+    if {"source_length", "target_length"} <= set(dataset.column_names):
+        return tuple(_numpy_columns(dataset, ["source_length", "target_length"]))
+    table = dataset.select_columns(["input_ids", "labels"]).with_format("arrow")[:]
+    return tuple(pc.list_value_length(table.column(name)).to_numpy() for name in ("input_ids", "labels"))
+
+
+def _numpy_columns(dataset: Dataset, names: list[str]) -> list[np.ndarray]:
+    """Scalar columns of `dataset` (its selected rows) as numpy arrays, read through Arrow without Python objects."""
+    table = dataset.select_columns(names).with_format("arrow")[:]
+    return [table.column(name).to_numpy() for name in names]
+
+
+def tokenizer_sample(dataset: Dataset, size: int, seed: int = 0) -> Iterator[str]:
+    """The sentences a BPE is trained on: every source then every target sentence of `dataset` where they number
+    `size` or fewer, else those of `size // 2` pairs drawn at random (`seed`: the same sample each time), streamed
+    from the Arrow file rather than held in memory. A BPE learns its merges from word counts, which such a sample
+    estimates well; training on all of a large corpus would take long and hold its whole vocabulary."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+        raise ValueError(f"`size` (--tokenizer-sample) must be an integer >= 2 (a pair's two sides), got {size!r}.")
+    pairs = dataset.select_columns(["source", "target"])
+    if 2 * len(pairs) > size:
+        rng = np.random.default_rng(seed)
+        pairs = pairs.select(np.sort(rng.choice(len(pairs), size // 2, replace=False)))
+    for column in ("source", "target"):  # the order of training on all of it before samples existed
+        for batch in pairs.select_columns([column]).iter(batch_size=_BATCH):
+            yield from batch[column]
 
 
 __all__ = [
     "DATA_FILE_BUILDERS",
     "DEFAULT_MAX_LENGTH",
+    "DEFAULT_TOKENIZER_SAMPLE",
     "MULTI30K_LANGUAGES",
     "MULTI30K_SPLITS",
+    "Cleaning",
     "LineStream",
+    "TokenizedPairs",
     "check_language_pair",
     "decode_lines",
     "from_dataset",
+    "iter_lines",
     "load_dataset_pairs",
     "load_multi30k",
     "load_parallel_files",
+    "pair_lengths",
+    "prepare_pairs",
     "read_lines",
     "tokenize_pairs",
+    "tokenizer_sample",
 ]

@@ -17,12 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .workflows import WorkflowError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 SETTINGS_FILE = "run_settings.json"
 
@@ -75,12 +78,13 @@ def exclusive_run(output_dir: Path) -> Iterator[None]:
         yield  # the lock goes with the file's closing, or with the process
 
 
-def data_fingerprint(sources: Sequence[str], targets: Sequence[str]) -> str:
-    """ "N pairs, sha256 X" of the training pairs, as text: the same data under another path is the same data."""
+def data_fingerprint(pairs: Dataset) -> str:
+    """ "N pairs, sha256 X" of the training pairs (`source` / `target` columns), as text: the same data under
+    another path is the same data. Streamed in batches: a corpus of any size is hashed without being held."""
     digest = hashlib.sha256()
-    for source, target in zip(sources, targets, strict=True):
-        digest.update(f"{source}\t{target}\n".encode())
-    return f"{len(sources)} pairs, sha256 {digest.hexdigest()[:16]}"
+    for batch in pairs.select_columns(["source", "target"]).iter(batch_size=10_000):
+        digest.update("".join(f"{s}\t{t}\n" for s, t in zip(batch["source"], batch["target"], strict=True)).encode())
+    return f"{len(pairs)} pairs, sha256 {digest.hexdigest()[:16]}"
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

@@ -52,6 +52,7 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from .data import pair_lengths
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 
@@ -237,34 +238,42 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
-        self.num_batches = len(self.batches())
+        self.num_batches = len(self._plan()[2])
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def batches(self) -> list[list[int]]:
-        """All batches of the current epoch (every rank's), in the order they are handed out."""
+    def _plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The current epoch's batches as arrays, not lists (a corpus of millions of pairs would make millions of
+        Python ints): pair indices in length order, where each batch starts in it, and the order of the batches."""
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
         order = order[np.argsort(self.sizes[order], kind="stable")]  # by length; ties keep the random order
-        batches: list[list[int]] = []
-        batch: list[int] = []
-        for index in order.tolist():
-            # Ascending order: the newest pair is the batch's longest, so its size sets the padded width.
-            if batch and (len(batch) + 1) * int(self.sizes[index]) > self.max_tokens:
-                batches.append(batch)
-                batch = []
-            batch.append(index)
-        batches.append(batch)
-        if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches
+        sizes = self.sizes[order]
+        starts = [0]
+        while starts[-1] < len(order):
+            # Ascending sizes: a batch from `start` holding k pairs is k × sizes[start + k - 1] tokens wide, which
+            # grows with k; take the most pairs that fit (at least one: the longest pair fits alone).
+            start = starts[-1]
+            window = sizes[start : start + self.max_tokens // int(sizes[start])]
+            fits = np.arange(1, len(window) + 1) * window <= self.max_tokens
+            starts.append(start + max(int(fits.sum()), 1))
+        bounds = np.asarray(starts)
+        batch_order = rng.permutation(len(bounds) - 1) if self.shuffle else np.arange(len(bounds) - 1)
+        return order, bounds, batch_order
+
+    def batches(self) -> list[list[int]]:
+        """All batches of the current epoch (every rank's), in the order they are handed out."""
+        order, bounds, batch_order = self._plan()
+        return [order[bounds[i] : bounds[i + 1]].tolist() for i in batch_order]
 
     def __iter__(self):
-        batches = self.batches()
+        order, bounds, batch_order = self._plan()
         total = len(self) * self.num_replicas
-        batches = [batches[i % len(batches)] for i in range(total)]  # repeat the first ones so that ranks match
-        yield from batches[self.rank :: self.num_replicas]
+        # Repeat the first batches so that ranks match; each batch becomes a list only when it is handed out.
+        for position in range(self.rank, total, self.num_replicas):
+            i = batch_order[position % len(batch_order)]
+            yield order[bounds[i] : bounds[i + 1]].tolist()
 
     def __len__(self) -> int:
         return math.ceil(self.num_batches / self.num_replicas)
@@ -650,10 +659,12 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
                 "`train_dataset` must be a datasets.Dataset with `input_ids` and `labels` columns, got "
                 f"{type(self.train_dataset).__name__}. Tokenize it with hf_vanilla_transformer.data.tokenize_pairs."
             )
+        # From the length arrays (prepare_pairs' columns), never the token lists: a corpus of any size.
+        source_lengths, target_lengths = pair_lengths(self.train_dataset)
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
         sampler = TokenBudgetBatchSampler(
-            [len(ids) for ids in dataset["input_ids"]],
-            [len(ids) for ids in dataset["labels"]],
+            source_lengths,
+            target_lengths,
             max_tokens=self.args.max_tokens,
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
             num_replicas=self.args.world_size,

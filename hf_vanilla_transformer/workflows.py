@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data import DEFAULT_MAX_LENGTH
+from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
 
 if TYPE_CHECKING:  # torch and transformers load with the workflow that needs them
@@ -254,6 +254,10 @@ class TrainOptions:
     "validation" / "test" where the dataset has them) validate and test, with a `translation` column of {lang: text}
     dicts or the `src_column` / `tgt_column` text columns (None: the language codes); `valid_src`/`valid_tgt` give
     a validation (dev) set, `test_src`/`test_tgt` replace the test set (a dataset's too).
+    Preprocessing (data.prepare_pairs): pairs with an empty side, over `max_length` tokens on a side or (unless None)
+    over `max_length_ratio` (longer side / shorter side, in tokens) are dropped and counted; `preprocessing_workers`
+    processes tokenize into a cached Arrow file; a BPE is trained on `tokenizer_sample` sentences at most (a seeded
+    sample of the pairs, data.tokenizer_sample).
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card.
@@ -294,6 +298,9 @@ class TrainOptions:
     valid_split: str | None = None
     test_split: str | None = None
     max_length: int = DEFAULT_MAX_LENGTH
+    max_length_ratio: float | None = None
+    preprocessing_workers: int = 1
+    tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE
     max_train_pairs: int | None = None
     preset: str = DEFAULT_RECIPE.preset
     dropout: float | None = DEFAULT_RECIPE.dropout
@@ -466,10 +473,13 @@ def _load_training_data(options: TrainOptions) -> TrainingData:
 
 
 def _check_training_pairs(train_pairs: Dataset, data_name: str, options: TrainOptions) -> None:
-    """Refuse training data without a single pair that has text on both sides (tokenize_pairs drops the others)."""
+    """Refuse training data without a single pair that has text on both sides (tokenize_pairs drops the others).
+    Streams the pairs in batches, stopping at the first good one: the corpus is never held whole."""
+    batches = train_pairs.select_columns(["source", "target"]).iter(batch_size=10_000)
     if not any(
         source.strip() and target.strip()
-        for source, target in zip(train_pairs["source"], train_pairs["target"], strict=True)
+        for batch in batches
+        for source, target in zip(batch["source"], batch["target"], strict=True)
     ):
         where = (
             f"`--train-src` {options.train_src} / `--train-tgt` {options.train_tgt}"
@@ -552,8 +562,9 @@ def _run_settings(options: TrainOptions, train_pairs: Dataset, tokenizer: str, d
     return {
         "--src-lang": options.src_lang,
         "--tgt-lang": options.tgt_lang,
-        "training data": data_fingerprint(train_pairs["source"], train_pairs["target"]),
+        "training data": data_fingerprint(train_pairs),
         "--max-length": options.max_length,
+        "--max-length-ratio": options.max_length_ratio,
         "--tokenizer": tokenizer,
         "--preset": options.preset,
         "--dropout": dropout,
@@ -858,7 +869,7 @@ def train(options: TrainOptions) -> TrainResult | None:
     import torch
 
     from . import VanillaTransformerConfig
-    from .data import tokenize_pairs
+    from .data import prepare_pairs, tokenizer_sample
     from .learning_curve import load_comparison_curves
     from .run_folder import (
         SETTINGS_FILE,
@@ -877,6 +888,21 @@ def train(options: TrainOptions) -> TrainResult | None:
         raise WorkflowError(f"`--seed {options.seed}` must lie in [0, 2**32 - 1] (numpy's seed range). Pass e.g. 1.")
     if options.max_length < 2:
         raise WorkflowError(f"`--max-length {options.max_length}` must be at least 2 (a token and </s>).")
+    if options.max_length_ratio is not None and not options.max_length_ratio >= 1:
+        raise WorkflowError(
+            f"`--max-length-ratio {options.max_length_ratio}` must be at least 1 (longer side / shorter side, in "
+            "tokens). Pass e.g. 1.5 to 9 (Moses' clean-corpus-n uses 9), or leave it out to keep every ratio."
+        )
+    if options.preprocessing_workers < 1:
+        raise WorkflowError(
+            f"`--preprocessing-workers {options.preprocessing_workers}` must be at least 1. Pass e.g. the number "
+            "of CPU cores."
+        )
+    if options.tokenizer_sample < 2:
+        raise WorkflowError(
+            f"`--tokenizer-sample {options.tokenizer_sample}` must be at least 2 (one pair's two sentences). Pass "
+            f"e.g. {DEFAULT_TOKENIZER_SAMPLE:,} (the default)."
+        )
     smallest_vocab = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
     if options.tokenizer is None and options.vocab_size < smallest_vocab:
         raise WorkflowError(
@@ -964,23 +990,36 @@ def train(options: TrainOptions) -> TrainResult | None:
         tokenizer_identity = tokenizer_fingerprint(given_tokenizer)
     else:
         tokenizer_identity = f"a joint BPE of --vocab-size {options.vocab_size}"
+        if 2 * len(train_pairs) > options.tokenizer_sample:  # (the whole corpus, as before samples: no mention)
+            tokenizer_identity += f" on --tokenizer-sample {options.tokenizer_sample} (--seed {options.seed})"
     if resume_from is not None:  # the run's own tokenizer; the options' must be the same (check_same_run)
         tokenizer = load_tokenizer(resume_from)
     elif init_dir is not None or options.tokenizer is not None:
         tokenizer = given_tokenizer
     else:
-        texts = list(train_pairs["source"]) + list(train_pairs["target"])
+        sentences = min(2 * len(train_pairs), options.tokenizer_sample)
+        texts = tokenizer_sample(train_pairs, options.tokenizer_sample, seed=options.seed)
         tokenizer = train_bpe_tokenizer(texts, vocab_size=options.vocab_size)
-        print(f"Trained a joint BPE of {len(tokenizer):,} tokens", flush=True)
+        print(f"Trained a joint BPE of {len(tokenizer):,} tokens on {sentences:,} sentences", flush=True)
     try:
-        train_dataset = tokenize_pairs(train_pairs, tokenizer, max_length=options.max_length)
-    except ValueError:  # pairs with a blank side were refused above: the length limit is what dropped them all
+        prepared = prepare_pairs(
+            train_pairs,
+            tokenizer,
+            max_length=options.max_length,
+            max_length_ratio=options.max_length_ratio,
+            num_proc=options.preprocessing_workers if options.preprocessing_workers > 1 else None,
+        )
+    except ValueError:  # pairs with a blank side were refused above: the length limits are what dropped them all
+        ratio = f" / --max-length-ratio {options.max_length_ratio}" if options.max_length_ratio is not None else ""
         raise WorkflowError(
-            f"`--max-length {options.max_length}` drops every training pair of {data_name} (each has more tokens "
-            "on a side, </s> included). Raise --max-length."
+            f"`--max-length {options.max_length}`{ratio} drops every training pair of {data_name} (each has more "
+            "tokens on a side, </s> included, or too unequal sides). Raise --max-length (or --max-length-ratio)."
         ) from None
-    lengths = zip(train_dataset["input_ids"], train_dataset["labels"], strict=True)
-    longest = max(max(len(ids), len(labels)) for ids, labels in lengths)
+    if prepared.reused:
+        print(f"Reusing tokenized cache {prepared.cache_file}", flush=True)
+    print(prepared.cleaning.summary(), flush=True)
+    train_dataset = prepared.dataset
+    longest = int(max(prepared.source_lengths.max(), prepared.target_lengths.max()))
     if options.max_tokens < longest:
         raise WorkflowError(
             f"`--max-tokens {options.max_tokens}` is below the longest training pair ({longest} tokens on a side, "

@@ -244,6 +244,18 @@ def make_trainer(tmp_path, model, tokenizer, dataset, **overrides) -> VanillaSeq
     return VanillaSeq2SeqTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
+def test_the_trainer_batches_from_the_length_arrays(tmp_path) -> None:
+    """The sampler takes the `source_length` / `target_length` columns that tokenization wrote (numpy arrays), not
+    the token lists: lengths changed in those columns alone change the batches, which stay within the budget."""
+    tokenizer, dataset, model = tiny_setup()
+    wide = [16] * len(dataset)  # every pair as wide as 16 tokens: 4 pairs per 64-token batch
+    dataset = dataset.remove_columns("source_length").add_column("source_length", wide)
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset)
+    batches = list(trainer.get_train_dataloader().batch_sampler)
+    assert trainer.train_batch_sampler.sizes.tolist() == wide
+    assert sorted(len(batch) for batch in batches) == [4] * (len(dataset) // 4)
+
+
 def test_defaults_are_the_paper_recipe(tmp_path) -> None:
     args = VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path))
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)  # §5.3

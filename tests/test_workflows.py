@@ -127,6 +127,11 @@ def test_train_translate_evaluate_and_average_from_python(tmp_path, monkeypatch)
         (lambda tmp: workflows.average(AverageOptions([tmp / "a", tmp / "b"], tmp / "o", last=2)), "takes one folder"),
         (lambda tmp: workflows.train(TrainOptions(train_src=tmp / "a.en")), "go together"),
         (lambda tmp: workflows.train(TrainOptions(compare_curve=tmp / "c.json")), "needs --curve-every"),
+        (
+            lambda tmp: workflows.train(TrainOptions(max_length_ratio=0.5)),
+            r"--max-length-ratio 0.5` must be at least 1",
+        ),
+        (lambda tmp: workflows.train(TrainOptions(tokenizer_sample=1)), r"--tokenizer-sample 1` must be at least 2"),
     ],
 )
 def test_bad_options_raise_workflow_errors(call, message, tmp_path, monkeypatch) -> None:
