@@ -44,6 +44,8 @@ from datasets.exceptions import DatasetGenerationError
 from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from transformers import PreTrainedTokenizerBase
 
+from .mapped_pages import PageReleaser, corpus_files, release_mapped_pages
+
 logger = logging.getLogger(__name__)
 
 MULTI30K_DIR = Path(__file__).parent / "data" / "multi30k"
@@ -530,8 +532,9 @@ def _tokenizer_hash(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(state.encode()).hexdigest()[:24]
 
 
-def _encode(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list]:
+def _encode(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerBase, files: list[str]) -> dict[str, list]:
     encoded = dict(tokenizer(batch["source"], text_target=batch["target"]))
+    release_mapped_pages(files)  # the text read so far is done with (mapped_pages.py)
     return {
         **encoded,
         "source_length": [len(ids) for ids in encoded["input_ids"]],
@@ -596,7 +599,11 @@ def prepare_pairs(
         options = {"cache_file_name": str(cache_file), "new_fingerprint": fingerprint, "load_from_cache_file": True}
     with _quiet_datasets():
         tokenized = dataset.map(
-            _encode, batched=True, fn_kwargs={"tokenizer": tokenizer}, num_proc=num_proc, **options
+            _encode,
+            batched=True,
+            fn_kwargs={"tokenizer": tokenizer, "files": corpus_files(dataset)},
+            num_proc=num_proc,
+            **options,
         )
     source_lengths, target_lengths, blank = _numpy_columns(tokenized, ["source_length", "target_length", "blank"])
     longer = np.maximum(source_lengths, target_lengths)
@@ -654,7 +661,9 @@ def pair_lengths(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
 def _numpy_columns(dataset: Dataset, names: list[str]) -> list[np.ndarray]:
     """Scalar columns of `dataset` (its selected rows) as numpy arrays, read through Arrow without Python objects."""
     table = dataset.select_columns(names).with_format("arrow")[:]
-    return [table.column(name).to_numpy() for name in names]
+    columns = [table.column(name).to_numpy() for name in names]
+    release_mapped_pages(corpus_files(dataset))  # read across every record batch of the file (mapped_pages.py)
+    return columns
 
 
 def tokenizer_sample(dataset: Dataset, size: int, seed: int = 0) -> Iterator[str]:
@@ -668,9 +677,11 @@ def tokenizer_sample(dataset: Dataset, size: int, seed: int = 0) -> Iterator[str
     if 2 * len(pairs) > size:
         rng = np.random.default_rng(seed)
         pairs = pairs.select(np.sort(rng.choice(len(pairs), size // 2, replace=False)))
+    releaser = PageReleaser(dataset)  # each sampled sentence is read once (mapped_pages.py)
     for column in ("source", "target"):  # the order of training on all of it before samples existed
         for batch in pairs.select_columns([column]).iter(batch_size=_BATCH):
             yield from batch[column]
+            releaser.read(len(batch[column]))
 
 
 __all__ = [

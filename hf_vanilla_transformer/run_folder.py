@@ -81,9 +81,13 @@ def exclusive_run(output_dir: Path) -> Iterator[None]:
 def data_fingerprint(pairs: Dataset) -> str:
     """ "N pairs, sha256 X" of the training pairs (`source` / `target` columns), as text: the same data under
     another path is the same data. Streamed in batches: a corpus of any size is hashed without being held."""
+    from .mapped_pages import PageReleaser
+
     digest = hashlib.sha256()
+    releaser = PageReleaser(pairs)  # the corpus is read once: its pages need not stay resident
     for batch in pairs.select_columns(["source", "target"]).iter(batch_size=10_000):
         digest.update("".join(f"{s}\t{t}\n" for s, t in zip(batch["source"], batch["target"], strict=True)).encode())
+        releaser.read(len(batch["source"]))
     return f"{len(pairs)} pairs, sha256 {digest.hexdigest()[:16]}"
 
 

@@ -1120,6 +1120,7 @@ def _train_checked(
     )
     from .generation_vanilla_transformer import paper_generation_config
     from .learning_curve import CURVE_DIR, CURVE_PNG, write_dev_curve
+    from .mapped_pages import ReleaseCorpusPagesCallback
     from .training import CheckpointRetentionCallback, LearningCurveCallback, VanillaSeq2SeqTrainer, parse_eval_every
 
     output_dir = Path(options.output_dir)
@@ -1153,6 +1154,7 @@ def _train_checked(
         eval_dataset=valid_dataset,
         processing_class=tokenizer,
     )
+    trainer.add_callback(ReleaseCorpusPagesCallback(train_dataset))
     span = AverageSpan.parse(options.average_span)
     if valid_dataset is not None:
         decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"

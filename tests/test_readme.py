@@ -7,8 +7,9 @@ command that no rule below knows, fails the test: a new command needs a rule her
 
 How each command is checked:
 - `hf-vanilla-transformer ...` runs as written through the console script's `main`, in a scratch folder that stands
-  in for the clone; `train` gets a tiny budget on top of the README's options (2 updates on 300 Multi30k pairs, a
-  400-token BPE, a test set of test_2016's first sentence), so that the commands and the Python that follow it run
+  in for the clone (its package folder, with the bundled data, linked in); `train` gets a tiny budget on top of the
+  README's options (2 updates on 300 pairs, a 400-token BPE, a test set of test_2016's first sentence, 4 dev
+  sentences; `--report-to tensorboard` must leave event files), so that the commands and the Python that follow it run
   as written against a real trained run folder at `outputs/multi30k-en-de` (its model in `model/`).
 - `make train` runs the Makefile's own `train` recipe (its `hf-vanilla-transformer` command plus `ARGS`) the same way.
 - The clone, the virtual environment, the `pip install` lines, `make setup` and `make test` are checked against
@@ -179,6 +180,8 @@ class Session:
             argv = [*argv, "--max-time", "10m", "--max-steps", "2", "--max-train-pairs", "300", "--vocab-size", "400"]
             argv += ["--max-tokens", "1024", "--save-every", "0.001", "--test-src", str(source)]
             argv += ["--test-tgt", str(reference), "--no-progress"]
+            if "--valid-src" in argv or "--dataset" in argv:  # a dev set: score a few of its sentences, not 1,000
+                argv += ["--eval-max-sentences", "4"]
         try:
             code = main(argv)
         except SystemExit as exit_:
@@ -186,6 +189,10 @@ class Session:
         captured = self.capsys.readouterr()
         assert code == 0, f"{where}: `{shlex.join([CONSOLE_SCRIPT, *argv])}` exited {code}:\n{captured.err[-2000:]}"
         self.printed += captured.out
+        if argv[:1] == ["train"] and "--report-to" in argv and "tensorboard" in argv[argv.index("--report-to") + 1]:
+            run_folder = Path(argv[argv.index("--output-dir") + 1])
+            events = list(run_folder.glob("checkpoints/runs/**/events.out.tfevents.*"))
+            assert events, f"{where}: --report-to tensorboard wrote no event files"
         if argv[:1] == ["translate"]:
             sentences = [word for word in argv[2:] if not word.startswith("--")]
             assert len(captured.out.splitlines()) == len(sentences), f"{where}: one line out per sentence"
@@ -218,6 +225,7 @@ def test_readme_blocks_run_in_order(tmp_path: Path, test_set, capsys, monkeypatc
     assert {block.language for block in blocks} >= {"bash", "python"}, "README.md lost its code blocks"
     folder = tmp_path / "clone"
     folder.mkdir()
+    (folder / "hf_vanilla_transformer").symlink_to(ROOT / "hf_vanilla_transformer")  # the clone's bundled data
     monkeypatch.chdir(folder)
     session = Session(folder, test_set, capsys)
     for block in blocks:
