@@ -498,7 +498,10 @@ class DevEvaluationCallback(TrainerCallback):
         return control.should_save
 
     def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        if self._due(state, control):
+        due = self._due(state, control)
+        # The last update (the budget or --max-steps reached) is scored too: the run's final checkpoint gets its dev
+        # score, and a run shorter than one --eval-every still has one for --average best and --keep-best.
+        if due or (control.should_training_stop and state.global_step != self.evaluated_step):
             control.should_evaluate = control.should_save = True
 
     def on_epoch_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:

@@ -118,6 +118,15 @@ def test_average_spread_records_what_it_averaged(corpus, tmp_path, capsys) -> No
     assert record["checkpoints"][0]["dev_bleu"] == evaluations(run)[-1]["eval_bleu"]
 
 
+def test_the_last_update_is_scored_even_between_evaluations(corpus, tmp_path, capsys) -> None:
+    """A run that ends before its first --eval-every still scores its final checkpoint, so --average best has one."""
+    run = tmp_path / "run"
+    extra = ("--max-steps", "2", "--eval-every", "1000", "--average", "best", "--average-last", "1")
+    _, results = train(corpus, run, capsys, *extra)
+    assert [log["step"] for log in evaluations(run)] == [2]
+    assert results["averaged_checkpoints"] == ["checkpoint-2"]
+
+
 def info(step: int, minutes: float, bleu: float | None = None) -> CheckpointInfo:
     return CheckpointInfo(Path(f"checkpoint-{step}"), step, minutes * 60, bleu)
 
