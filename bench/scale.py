@@ -93,13 +93,25 @@ def preprocess(source_path: Path, target_path: Path) -> dict:
     }
 
 
-def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[float, int, float, str]:
-    """(seconds, exit status, peak RSS in MB, last line of its output) of `command` run alone under a wrapper
-    process; its output and errors go to `log`."""
+def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[float, int, float, dict, str]:
+    """(seconds, exit status, peak RSS in MB, {VmRSS, RssAnon, RssFile} in MB at the polled peak, last line of its
+    output) of `command` run alone under a wrapper process; its output and errors go to `log`."""
+    # The wrapper also polls the child's /proc status: RSS split into anonymous and file-backed (memory-mapped
+    # files) at its peak, which getrusage does not tell.
     wrapper = (
-        "import resource, subprocess, sys, json\n"
-        "code = subprocess.run(sys.argv[1:]).returncode\n"
-        "print(json.dumps([code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]), file=sys.stderr)\n"
+        "import resource, subprocess, sys, json, time\n"
+        "child = subprocess.Popen(sys.argv[1:])\n"
+        "peak = {}\n"
+        "while child.poll() is None:\n"
+        "    try:\n"
+        "        status = dict(line.split(':', 1) for line in open(f'/proc/{child.pid}/status'))\n"
+        "        now = {k: int(status[k].split()[0]) for k in ('VmRSS', 'RssAnon', 'RssFile')}\n"
+        "        peak = now if now['VmRSS'] > peak.get('VmRSS', 0) else peak\n"
+        "    except (OSError, KeyError, ValueError):\n"
+        "        pass\n"
+        "    time.sleep(0.2)\n"
+        "usage = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps([child.returncode, usage, peak]), file=sys.stderr)\n"
     )
     start = time.perf_counter()
     with log.open("w") as handle:
@@ -109,8 +121,9 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> tuple[fl
     seconds = time.perf_counter() - start
     output = log.read_text()
     log.write_text(output + done.stderr)
-    code, rss_kb = json.loads(done.stderr.strip().splitlines()[-1])
-    return seconds, code, rss_kb / 1024, (output.strip().splitlines() or [""])[-1]
+    code, rss_kb, split = json.loads(done.stderr.strip().splitlines()[-1])
+    split_mb = {name: round(kb / 1024, 1) for name, kb in split.items()}
+    return seconds, code, rss_kb / 1024, split_mb, (output.strip().splitlines() or [""])[-1]
 
 
 def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict:
@@ -120,7 +133,7 @@ def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "PYTHONPATH": str(Path(__file__).parents[1])}
     log = work / f"preprocess-{size}.log"
     command = [sys.executable, "-m", "bench.scale", "--worker", str(source_path), str(target_path)]
-    _, code, _, last = run_measured(command, env, log)
+    _, code, _, _, last = run_measured(command, env, log)
     if code:
         raise SystemExit(f"preprocessing {size} failed (exit {code}); see {log}")
     result = {"size": size, "preprocess": json.loads(last)}
@@ -130,7 +143,7 @@ def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict
     train += ["--train-tgt", str(target_path), "--max-steps", str(steps), "--no-eval", "--no-progress"]
     train += ["--logging-steps", "10", "--output-dir", str(output), *train_options]
     log = work / f"train-{size}.log"
-    seconds, code, rss, _ = run_measured(train, env, log)
+    seconds, code, rss, split, _ = run_measured(train, env, log)
     if code:
         raise SystemExit(f"train {size} failed (exit {code}); see {log}")
     state = json.loads(next(output.glob("checkpoints/checkpoint-*/trainer_state.json")).read_text())
@@ -141,6 +154,7 @@ def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict
         "command": " ".join(train[1:]),
         "seconds": round(seconds, 1),
         "peak_rss_mb": round(rss, 1),
+        "peak_rss_split_mb": split,
         "updates": state["global_step"],
         "tgt_tokens_per_second": round(float(np.mean(rates)), 1) if rates else None,
         "tgt_tokens_per_second_logs": rates,
@@ -153,6 +167,7 @@ def measure(size: int, work: Path, steps: int, train_options: list[str]) -> dict
 def table(results: list[dict]) -> str:
     rows = [
         "| pairs | load s | BPE s (sentences) | tokenize+clean s | µs/pair | preprocess RSS MB | train peak RSS MB "
+        "(anonymous + file-backed) "
         "| train tgt tok/s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -161,7 +176,9 @@ def table(results: list[dict]) -> str:
         rows.append(
             f"| {result['size']:,} | {pre['seconds']['load']:.1f} | {pre['seconds']['bpe']:.1f} "
             f"({pre['bpe_sentences']:,}) | {pre['seconds']['tokenize_and_clean']:.1f} | "
-            f"{pre['microseconds_per_pair']:.1f} | {pre['peak_rss_mb']:,.0f} | {train['peak_rss_mb']:,.0f} | "
+            f"{pre['microseconds_per_pair']:.1f} | {pre['peak_rss_mb']:,.0f} | {train['peak_rss_mb']:,.0f} "
+            f"({train['peak_rss_split_mb'].get('RssAnon', float('nan')):,.0f} + "
+            f"{train['peak_rss_split_mb'].get('RssFile', float('nan')):,.0f}) | "
             f"{train['tgt_tokens_per_second'] or float('nan'):,.0f} |"
         )
     return "\n".join(rows)
