@@ -67,8 +67,10 @@ def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tenso
     """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it. Hooks have already
     run (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
     takes `F.linear`."""
-    # First: under torch.compile every check below is a graph break (`is_inference()` is one that cannot be traced),
-    # and compiled code packs weights itself.
+    # First: under torch.compile / torch.export every check below is a graph break or a guard on a symbolic size
+    # (`is_inference()` cannot be traced at all), and compiled code packs weights itself.
+    if torch.compiler.is_compiling():
+        return nn.functional.linear(hidden_states, layer.weight, layer.bias)
     if (
         hidden_states.dtype == torch.float32
         and hidden_states.numel() * layer.weight.shape[0] < PACKED_LINEAR_MIN_MACS
@@ -77,7 +79,7 @@ def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tenso
         # Speed only: a small float32 product takes `F.linear` whatever the checks below say (see
         # `inference_linear_dtype`); answering first saves them, a tenth of a decoding step's time at batch 1.
         return nn.functional.linear(hidden_states, layer.weight, layer.bias)
-    if not torch.compiler.is_compiling() and calls_plain_forward(layer):
+    if calls_plain_forward(layer):
         dtype = packable_dtype(layer, hidden_states)
         if dtype is not None:
             return packed_linear(layer, hidden_states, dtype)

@@ -79,9 +79,9 @@ MULTI30K = Recipe(
 )
 
 # `make train-1h`: the main job's settings for an hour, bf16 where the device multiplies it fast, the §6.1
-# checkpoint spacing of 10 minutes and a learning curve. Measured (docs/runs/multi30k-en-de-1h/results.json):
-# 2,176 updates at 2,333 target tokens/s in bf16 (that run passed --bf16; `auto` picks bf16 on such a host),
-# test_2016 BLEU 38.78 averaged, 37.87 for the last checkpoint; val 39.55 / 38.01.
+# checkpoint spacing of 10 minutes and a learning curve. Measured (docs/runs/multi30k-en-de-1h-spread): 3,598 updates
+# in bf16 on an EPYC with AVX512-BF16, test_2016 BLEU 39.22 for the spread average below, 38.78 for the last
+# checkpoint (an earlier run with the last 5 epochs averaged, docs/runs/multi30k-en-de-1h: 38.78 / 37.87).
 # Averaging: 5 checkpoints spread over the last 40% of the run (`--average spread --average-span 40%`: the paper's
 # five 10-minute snapshots at the end of its runs, scaled to the run's length), not the last 5 epochs (the last
 # minutes on a fast host). On Multi30k validation (docs/runs/sweep.md, "The paper's averaging after two hours"):
