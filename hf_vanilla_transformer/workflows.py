@@ -630,11 +630,11 @@ def _dev_dataset(pairs: Dataset, tokenizer: PreTrainedTokenizerBase, options: Tr
     """The first `eval_max_sentences` dev pairs, tokenized (pairs over --max-length dropped: the model has no
     positions for them), longest first so that generation batches carry little padding and a batch too large for
     memory fails at the first evaluation."""
-    from .data import tokenize_pairs
+    from .data import pair_lengths, tokenize_pairs
 
     pairs = pairs.select(range(min(options.eval_max_sentences, len(pairs))))
     dataset = tokenize_pairs(pairs, tokenizer, max_length=options.max_length)
-    lengths = [len(ids) for ids in dataset["input_ids"]]
+    lengths, _ = pair_lengths(dataset)  # the length column tokenize_pairs wrote, not the token lists
     dataset = dataset.select(sorted(range(len(dataset)), key=lambda index: -lengths[index]))
     dropped = len(pairs) - len(dataset)
     print(
