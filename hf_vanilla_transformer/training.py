@@ -621,7 +621,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses
     `DataCollatorForSeq2Seq(processing_class, model=model)` (decoder inputs made from the labels, labels padded with
     -100), which label smoothing needs. The model's `generation_config` at construction is restored before every
-    save, because `predict_with_generate` evaluation rewrites it.
+    save and every evaluation batch, because `predict_with_generate` evaluation rewrites it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -783,6 +783,12 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         if len(missing) < len(load_result.missing_keys):
             model.tie_weights()
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def prediction_step(self, *args: Any, **kwargs: Any) -> Any:
+        # Seq2SeqTrainer writes generate()'s global defaults (max_length 20) into the model's generation config after
+        # each batch; the next batch's per-example max_new_tokens then clashes with them (a warning per batch).
+        self.model.generation_config = copy.deepcopy(self.generation_config)
+        return super().prediction_step(*args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         self.model.generation_config = copy.deepcopy(self.generation_config)

@@ -3,9 +3,11 @@ early stopping on a dev BLEU that cannot improve; --keep-best; which checkpoints
 (unit tests on made-up scores, and results.json of a run); the dev learning curve."""
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
+import transformers
 
 from hf_vanilla_transformer.averaging import (
     AverageSpan,
@@ -125,6 +127,22 @@ def test_the_last_update_is_scored_even_between_evaluations(corpus, tmp_path, ca
     _, results = train(corpus, run, capsys, *extra)
     assert [log["step"] for log in evaluations(run)] == [2]
     assert results["averaged_checkpoints"] == ["checkpoint-2"]
+
+
+def test_dev_evaluation_batches_keep_the_models_generation_config(corpus, tmp_path, capsys) -> None:
+    """Seq2SeqTrainer writes generate()'s defaults (max_length 20) into the model's generation config after a batch;
+    unrestored, every later batch warned that max_new_tokens and max_length were both set."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    generation_logger = transformers.logging.get_logger("transformers.generation.utils")
+    generation_logger.addHandler(handler)
+    try:
+        train(corpus, tmp_path / "run", capsys, "--max-steps", "2", "--eval-every", "1", "--eval-batch-size", "1")
+    finally:
+        generation_logger.removeHandler(handler)
+    messages = [record.getMessage() for record in records]
+    assert not [message for message in messages if "max_new_tokens" in message], messages
 
 
 def info(step: int, minutes: float, bleu: float | None = None) -> CheckpointInfo:
