@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 # oneDNN-packed copies of linear weights, by id of the weight and then by dtype, each dropped when its weight is freed.
 # Kept outside the modules: packed tensors are opaque (no storage), so a deep copy or pickle of a model holding one
@@ -153,20 +154,43 @@ def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) ->
 
 def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
-    again after every change to the weight (its version counter or storage changes). No checks: see
-    `packed_forward`."""
+    again after every change to the weight (its version counter or storage changes, or an optimizer stepped it).
+    No checks: see `packed_forward`."""
     weight = module.weight
     key = (weight._version, weight.data_ptr())
     by_dtype = _PACKED_WEIGHTS.get(id(weight))
     if by_dtype is None:
         by_dtype = _PACKED_WEIGHTS[id(weight)] = {}
         weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
+        _watch_optimizer_steps()
     kept = by_dtype.get(dtype)
     if kept is None or kept[0] != key:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
         kept = by_dtype[dtype] = (key, packed)
     bias = None if module.bias is None else module.bias.to(dtype)
     return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
+
+
+_OPTIMIZER_HOOK: list[torch.utils.hooks.RemovableHandle] = []
+
+
+def _watch_optimizer_steps() -> None:
+    """Registers (once) `forget_stepped_weights` as a post-step hook of every optimizer."""
+    if not _OPTIMIZER_HOOK:
+        _OPTIMIZER_HOOK.append(register_optimizer_step_post_hook(forget_stepped_weights))
+
+
+def forget_stepped_weights(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """After any optimizer's step, drops the packed copies of the weights it updated. Fused optimizers (transformers'
+    default `adamw_torch_fused`) write the weights without bumping their version counters, so the version alone
+    would keep a stale copy, and evaluation between training steps would multiply by the weights of an earlier step.
+    (An in-place write through `weight.data` bumps no counter either: call `weight.copy_` under `torch.no_grad()`.)"""
+    if _PACKED_WEIGHTS:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                by_dtype = _PACKED_WEIGHTS.get(id(param))
+                if by_dtype:
+                    by_dtype.clear()
 
 
 @contextlib.contextmanager

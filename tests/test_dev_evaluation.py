@@ -7,8 +7,11 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 import transformers
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla_transformer import cpu_inference
 from hf_vanilla_transformer.averaging import (
     AverageSpan,
     CheckpointInfo,
@@ -143,6 +146,30 @@ def test_dev_evaluation_batches_keep_the_models_generation_config(corpus, tmp_pa
         generation_logger.removeHandler(handler)
     messages = [record.getMessage() for record in records]
     assert not [message for message in messages if "max_new_tokens" in message], messages
+
+
+def test_dev_loss_is_the_loss_of_the_weights_at_that_update(corpus, tmp_path, capsys, monkeypatch) -> None:
+    """Each evaluation scores the weights of its own update: the logged dev loss equals the label-smoothed loss of the
+    checkpoint saved at that update, recomputed here. Every product takes the packed CPU path (threshold 0), whose
+    weight copies the fused Adam step (the Trainer's default optimizer) must not leave stale."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    run = tmp_path / "run"
+    train(corpus, run, capsys, "--max-steps", "4", "--eval-every", "1", "--average-last", "4")
+    assert json.loads((run / "trainer_arguments.json").read_text())["optim"] == "adamw_torch_fused"
+    tokenizer = AutoTokenizer.from_pretrained(corpus / "tokenizer")
+    sources, targets = ((corpus / f"test.{side}").read_text().splitlines() for side in ("src", "tgt"))
+    batch = tokenizer(sources, text_target=targets, padding=True, return_tensors="pt")
+    labels = batch.pop("labels")
+    labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
+    logs = evaluations(run)
+    assert [log["step"] for log in logs] == [1, 2, 3, 4]
+    losses = []
+    for log in logs:
+        model = AutoModelForSeq2SeqLM.from_pretrained(run / "checkpoints" / f"checkpoint-{log['step']}").eval()
+        with torch.no_grad(), cpu_inference.plain_kernels():
+            losses.append(model(**batch, labels=labels, label_smoothing=0.1).loss.item())
+    assert len(set(losses)) == len(losses)  # the weights changed between updates
+    assert [log["eval_loss"] for log in logs] == pytest.approx(losses, rel=1e-4)
 
 
 def info(step: int, minutes: float, bleu: float | None = None) -> CheckpointInfo:

@@ -118,6 +118,28 @@ def test_cpu_inference_linear_uses_a_packed_weight_equal_to_the_linear(monkeypat
         assert id(made_there.lm_head.weight) not in _PACKED_WEIGHTS
 
 
+@pytest.mark.parametrize("kind", ["fused", "foreach", "for-loop"])
+def test_an_optimizer_step_drops_the_packed_weights_it_changed(kind: str, monkeypatch) -> None:
+    """A fused Adam step (transformers' default optimizer, `adamw_torch_fused`) writes the weights without bumping
+    their version counters; evaluation between training steps must still multiply by the new weights."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    layer = torch.nn.Linear(32, 64)
+    cpu_inference.use_packed_linears(layer)
+    options = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[kind]
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, **options)
+    hidden = torch.randn(4, 32)
+    for _ in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
+            assert torch.float32 in _PACKED_WEIGHTS[id(layer.weight)]
+        layer(hidden.requires_grad_(True)).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        hidden = hidden.detach()
+    with torch.no_grad():
+        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
+
+
 def test_packed_layers_can_be_pickled() -> None:
     """`torch.save(model)` pickles the installed forwards (a weak reference alone would not pickle); each one is
     rebuilt around its own layer. (Loading a pickle back is left out: the repository never reads one.)"""
