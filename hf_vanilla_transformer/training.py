@@ -552,7 +552,8 @@ class DevBleuEarlyStoppingCallback(TrainerCallback):
             control.should_training_stop = True
             if state.is_world_process_zero:
                 print(
-                    f"Early stopping at update {state.global_step}: {self.waited} evaluations without a dev BLEU "
+                    f"Early stopping at update {state.global_step}: {self.waited} evaluation"
+                    f"{'s' if self.waited > 1 else ''} without a dev BLEU "
                     f"above {self.best:.2f} (--early-stopping-patience {self.patience})",
                     flush=True,
                 )
