@@ -1,5 +1,6 @@
 """`translate` as a command-line tool: stdin streamed in chunks (a line piped in is translated before the pipe
-closes), line order and blank lines kept, --output, --n-best with scores, --bf16, and one-line errors."""
+closes), line order and blank lines kept, --output, --n-best with scores, --bf16, --bf16-weights, and one-line
+errors."""
 
 import gzip
 import io
@@ -163,6 +164,8 @@ def test_output_file_and_gzip_input(bpe_model, capsys, monkeypatch, tmp_path) ->
         (["--length-penalty", "nan"], "`--length-penalty` must be a finite number"),
         (["--n-best", "0"], "argument --n-best: must be a positive integer, got '0'"),
         (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+        (["--bf16", "--int8"], "`--bf16` and `--int8` are precisions for the same products; pass one of them."),
+        (["--bf16-weights", "--bf16"], "`--bf16` and `--bf16-weights` are precisions for the same products"),
     ],
 )
 def test_bad_values_are_one_line_and_write_nothing(bpe_model, capsys, monkeypatch, tmp_path, options, message) -> None:
@@ -173,6 +176,27 @@ def test_bad_values_are_one_line_and_write_nothing(bpe_model, capsys, monkeypatc
     else:
         one_line_error(code, err, message)
     assert out == "" and not output.exists()
+
+
+def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypatch) -> None:
+    """--bf16-weights casts the weights (every parameter bf16, no autocast) and prints what that model generates."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    seen = []
+    translate_n_best = evaluation.translate_n_best
+
+    def watch(model, *args, **kwargs):
+        seen.append(({p.dtype for p in model.parameters()}, torch.is_autocast_enabled("cpu")))
+        return translate_n_best(model, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "translate_n_best", watch)
+    code, out, _ = stdin_run(bpe_model, b"A dog runs.\nTwo men.\n", capsys, monkeypatch, *FAST, "--bf16-weights")
+    assert code == 0 and seen == [({torch.bfloat16}, False)]
+    model = AutoModelForSeq2SeqLM.from_pretrained(bpe_model).to(torch.bfloat16).eval()
+    tokenizer = AutoTokenizer.from_pretrained(bpe_model)
+    batch = tokenizer(["A dog runs.", "Two men."], return_tensors="pt", padding=True)
+    tokens = model.generate(**batch, num_beams=1, max_new_tokens=6)
+    assert out.splitlines() == [text.strip() for text in tokenizer.batch_decode(tokens, skip_special_tokens=True)]
 
 
 def test_device_cuda_without_a_gpu_is_one_line(bpe_model, capsys, monkeypatch) -> None:
