@@ -536,6 +536,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
     parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
     parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
+    parser.add_argument("--bf16-weights", action="store_true", help="decode with the weights cast to bf16")
     _add_max_input_tokens(parser)
     _add_trust_remote_code(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -548,7 +549,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     names = (
         *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("max_input_tokens", "trust_remote_code", "int8"),
+        *("max_input_tokens", "trust_remote_code", "int8", "bf16_weights"),
     )
     results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
     print(

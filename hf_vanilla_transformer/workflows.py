@@ -202,11 +202,13 @@ def load_model(
     trust_remote_code: bool = False,
     device: str = "auto",
     int8: bool = False,
+    bf16_weights: bool = False,
     **kwargs: Any,
 ) -> Any:
     """A saved model for decoding on `device` (one of DEVICES): "auto" is the GPU when there is one (evaluation is
     mostly beam search). Code that comes with the folder runs only with `trust_remote_code` (transformers would
-    otherwise ask on the terminal). `int8`: on the CPU with int8 linear layers (quantization.quantize_int8)."""
+    otherwise ask on the terminal). `int8`: on the CPU with int8 linear layers (quantization.quantize_int8);
+    `bf16_weights`: the weights cast to bf16."""
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
@@ -224,8 +226,12 @@ def load_model(
         except RuntimeError as error:
             raise WorkflowError(f"`--int8`: {error}") from None
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
+    if int8 and bf16_weights:  # int8 products take float32 activations
+        raise WorkflowError("`--int8` and `--bf16-weights` are precisions for the same products; pass one of them.")
     if int8:
         return quantize_int8(model)
+    if bf16_weights:
+        model = model.to(torch.bfloat16)
     return model.to("cuda") if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else model
 
 
@@ -1302,6 +1308,7 @@ class EvaluateOptions:
     max_input_tokens: int | None = None
     trust_remote_code: bool = False
     int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
+    bf16_weights: bool = False  # the weights cast to bf16 (as translate --bf16-weights)
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
@@ -1322,7 +1329,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         sources, references = list(pairs["source"]), list(pairs["target"])
     if options.output is not None:  # checked before decoding, which can take long
         writable_file(options.output, "--output", "JSON", "scores.json")
-    model = load_model(model_dir, options.trust_remote_code, int8=options.int8)
+    model = load_model(model_dir, options.trust_remote_code, int8=options.int8, bf16_weights=options.bf16_weights)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
         model,
@@ -1428,13 +1435,11 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
             f"`--n-best` {n_best} needs at least {n_best} beams, but the decoding has {beams} (--num-beams, else the "
             f"model's generation_config.json). Pass --num-beams {n_best} or more, or a smaller --n-best."
         )
-    model = load_model(model_dir, options.trust_remote_code, options.device, int8=options.int8)
+    model = load_model(model_dir, options.trust_remote_code, options.device, options.int8, options.bf16_weights)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     bf16 = "--bf16" if options.bf16 else "--bf16-weights" if options.bf16_weights else None
     if bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise WorkflowError(f"`{bf16}`: this GPU has no bf16 support. Drop {bf16}.")
-    if options.bf16_weights:
-        model = model.to(torch.bfloat16)
     generation_kwargs = {
         name: value
         for name, value in (

@@ -199,6 +199,30 @@ def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypat
     assert out.splitlines() == [text.strip() for text in tokenizer.batch_decode(tokens, skip_special_tokens=True)]
 
 
+def test_evaluate_with_bf16_weights_scores_the_bf16_translations(bpe_model, capsys, tmp_path, monkeypatch) -> None:
+    """evaluate --bf16-weights decodes as translate --bf16-weights does: its translations as references score chrF
+    100 (the random model's outputs are too short for BLEU's 4-grams); with --int8 too it is one line."""
+    sentences = ["A dog runs.", "Two men.", "A woman in a red coat."]
+    code, bf16, _ = run(["translate", str(bpe_model), *sentences, "--num-beams", "1", "--bf16-weights"], capsys)
+    assert code == 0 and len(bf16.splitlines()) == 3
+    (tmp_path / "src.txt").write_text("\n".join(sentences) + "\n")
+    (tmp_path / "ref.txt").write_text(bf16)
+    argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    dtypes = []
+    translate_n_best = evaluation.translate_n_best
+
+    def watch(model, *args, **kwargs):
+        dtypes.append({parameter.dtype for parameter in model.parameters()})
+        return translate_n_best(model, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "translate_n_best", watch)
+    code, out, _ = run([*argv, "--num-beams", "1", "--bf16-weights", "--no-progress"], capsys)
+    assert code == 0 and "\nchrF 100.00\n" in out, out
+    assert dtypes == [{torch.bfloat16}]
+    code, _, err = run([*argv, "--bf16-weights", "--int8"], capsys)
+    one_line_error(code, err, "`--int8` and `--bf16-weights` are precisions for the same products")
+
+
 def test_device_cuda_without_a_gpu_is_one_line(bpe_model, capsys, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code, _, err = stdin_run(bpe_model, b"A dog.\n", capsys, monkeypatch, "--device", "cuda")
