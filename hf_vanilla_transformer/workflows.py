@@ -216,6 +216,8 @@ def load_model(
         raise WorkflowError(f"`--device` must be one of {', '.join(DEVICES)}, got {device!r}.")
     if device == "cuda" and not torch.cuda.is_available():
         raise WorkflowError("`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu (or auto).")
+    if int8 and bf16_weights:  # int8 products take float32 activations
+        raise WorkflowError("`--int8` and `--bf16-weights` are precisions for the same products; pass one of them.")
     if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
         from .quantization import int8_engine, quantize_int8
 
@@ -226,8 +228,6 @@ def load_model(
         except RuntimeError as error:
             raise WorkflowError(f"`--int8`: {error}") from None
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
-    if int8 and bf16_weights:  # int8 products take float32 activations
-        raise WorkflowError("`--int8` and `--bf16-weights` are precisions for the same products; pass one of them.")
     if int8:
         return quantize_int8(model)
     if bf16_weights:

@@ -178,18 +178,24 @@ def test_bad_values_are_one_line_and_write_nothing(bpe_model, capsys, monkeypatc
     assert out == "" and not output.exists()
 
 
-def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypatch) -> None:
-    """--bf16-weights casts the weights (every parameter bf16, no autocast) and prints what that model generates."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
+def watch_decoding_precision(monkeypatch) -> list[tuple[set[torch.dtype], bool]]:
+    """Each decoding call's (parameter dtypes, bf16 autocast on), recorded in the returned list."""
     seen = []
     translate_n_best = evaluation.translate_n_best
 
     def watch(model, *args, **kwargs):
-        seen.append(({p.dtype for p in model.parameters()}, torch.is_autocast_enabled("cpu")))
+        seen.append(({parameter.dtype for parameter in model.parameters()}, torch.is_autocast_enabled("cpu")))
         return translate_n_best(model, *args, **kwargs)
 
     monkeypatch.setattr(evaluation, "translate_n_best", watch)
+    return seen
+
+
+def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypatch) -> None:
+    """--bf16-weights casts the weights (every parameter bf16, no autocast) and prints what that model generates."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    seen = watch_decoding_precision(monkeypatch)
     code, out, _ = stdin_run(bpe_model, b"A dog runs.\nTwo men.\n", capsys, monkeypatch, *FAST, "--bf16-weights")
     assert code == 0 and seen == [({torch.bfloat16}, False)]
     model = AutoModelForSeq2SeqLM.from_pretrained(bpe_model).to(torch.bfloat16).eval()
@@ -208,17 +214,10 @@ def test_evaluate_with_bf16_weights_scores_the_bf16_translations(bpe_model, caps
     (tmp_path / "src.txt").write_text("\n".join(sentences) + "\n")
     (tmp_path / "ref.txt").write_text(bf16)
     argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
-    dtypes = []
-    translate_n_best = evaluation.translate_n_best
-
-    def watch(model, *args, **kwargs):
-        dtypes.append({parameter.dtype for parameter in model.parameters()})
-        return translate_n_best(model, *args, **kwargs)
-
-    monkeypatch.setattr(evaluation, "translate_n_best", watch)
+    seen = watch_decoding_precision(monkeypatch)
     code, out, _ = run([*argv, "--num-beams", "1", "--bf16-weights", "--no-progress"], capsys)
     assert code == 0 and "\nchrF 100.00\n" in out, out
-    assert dtypes == [{torch.bfloat16}]
+    assert seen == [({torch.bfloat16}, False)]
     code, _, err = run([*argv, "--bf16-weights", "--int8"], capsys)
     one_line_error(code, err, "`--int8` and `--bf16-weights` are precisions for the same products")
 
