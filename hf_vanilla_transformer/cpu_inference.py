@@ -6,14 +6,17 @@ instance forward that multiplies by a packed copy of its weight when that is all
 `inference_linear_dtype`) and runs `F.linear` otherwise, so that the model's code reads `self.q_proj(hidden_states)`.
 For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
 (bench/packed_projection.py); the packed copy costs one more copy of the weights in memory (per dtype used).
-`plain_kernels` (or `torch.backends.mkldnn.flags(enabled=False)`) turns it off. This file imports only torch: it is
-copied next to the model code (remote code).
+A decoding step's small float32 products (at most `SPLIT_LINEAR_MAX_ROWS` rows) are split by output rows over the
+threads instead (`split_linear`): for one to four rows `F.linear` runs on one core, bound by that core's share of the
+memory bandwidth. `plain_kernels` (or `torch.backends.mkldnn.flags(enabled=False)`) turns both off. This file imports
+only torch: it is copied next to the model code (remote code).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -33,6 +36,12 @@ _PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor
 # 16 rows of 256 × 1024 (4.2 M) 36 against 68 µs; one row of the 256 × 8000 output projection (2 M) 73 against
 # 142 µs (bench/packed_projection.py, AMD EPYC with AVX-512, 2 threads).
 PACKED_LINEAR_MIN_MACS = 1_500_000
+
+# Up to this many rows a float32 product below the packing threshold is split over the threads (`split_linear`). With
+# the weights read from memory as in a decoding step, `generate()` took 1.54x less time at batch 1 (base
+# configuration, greedy), 1.2x with beam 4 (4 rows); at 16 rows `F.linear` uses every thread itself, and splitting was
+# 10% slower (bench/split_linear.py, AMD EPYC, 2 threads).
+SPLIT_LINEAR_MAX_ROWS = 4
 
 
 class PackedForward:
@@ -65,8 +74,9 @@ def use_packed_linears(model: nn.Module) -> None:
 
 
 def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it. Hooks have already
-    run (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
+    """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it, by `split_linear`
+    for a small float32 product of a few rows where `split_count` allows it. Hooks have already run
+    (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
     takes `F.linear`."""
     # First: under torch.compile / torch.export every check below is a graph break or a guard on a symbolic size
     # (`is_inference()` cannot be traced at all), and compiled code packs weights itself.
@@ -78,7 +88,12 @@ def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tenso
         and not torch.is_autocast_enabled(hidden_states.device.type)
     ):
         # Speed only: a small float32 product takes `F.linear` whatever the checks below say (see
-        # `inference_linear_dtype`); answering first saves them, a tenth of a decoding step's time at batch 1.
+        # `inference_linear_dtype`); answering first saves them, a tenth of a decoding step's time at batch 1. A
+        # decoding step's few rows are split over the threads instead, where `split_count` allows.
+        if hidden_states.numel() <= SPLIT_LINEAR_MAX_ROWS * hidden_states.shape[-1]:
+            chunks = split_count(layer, hidden_states)
+            if chunks > 1:
+                return split_linear(hidden_states, layer.weight, layer.bias, chunks)
         return nn.functional.linear(hidden_states, layer.weight, layer.bias)
     if calls_plain_forward(layer):
         dtype = packable_dtype(layer, hidden_states)
@@ -152,6 +167,40 @@ def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) ->
     return dtype
 
 
+def split_count(layer: nn.Linear, hidden_states: torch.Tensor) -> int:
+    """Into how many blocks of output rows `split_linear` may split the product: the largest common divisor of the
+    number of threads and of output features where the packed path would be allowed in float32 (the same rules:
+    inference on the CPU, no hooks, oneDNN enabled), else 1 (no split)."""
+    weight = layer.weight
+    chunks = math.gcd(torch.get_num_threads(), weight.shape[0])
+    if (
+        chunks > 1
+        and type(weight) in (nn.Parameter, torch.Tensor)
+        and weight.is_contiguous()
+        and calls_plain_forward(layer)
+        and packed_linear_dtype(hidden_states, weight) == torch.float32
+    ):
+        return chunks
+    return 1
+
+
+def split_linear(
+    hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, chunks: int
+) -> torch.Tensor:
+    """`F.linear(hidden_states, weight, bias)` as one batched product over `chunks` blocks of output rows, which
+    torch runs in parallel (one block per thread); the same sums, up to float32 rounding. No checks: see
+    `split_count`."""
+    out_features, in_features = weight.shape
+    rows = hidden_states.reshape(-1, in_features).t().expand(chunks, -1, -1)  # (..., in) -> (chunks, in, R)
+    blocks = weight.view(chunks, out_features // chunks, in_features)  # (out, in) -> (chunks, out / chunks, in)
+    if bias is None:
+        products = torch.bmm(blocks, rows)
+    else:
+        products = torch.baddbmm(bias.view(chunks, -1, 1), blocks, rows)  # (out,) -> (chunks, out / chunks, 1)
+    # (chunks, out / chunks, R) -> (R, chunks, out / chunks) -> (..., out)
+    return products.permute(2, 0, 1).reshape(*hidden_states.shape[:-1], out_features)
+
+
 def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
     again after every change to the weight (its version counter or storage changes, or an optimizer stepped it).
@@ -195,8 +244,8 @@ def forget_stepped_weights(optimizer: torch.optim.Optimizer, args: Any, kwargs: 
 
 @contextlib.contextmanager
 def plain_kernels() -> Iterator[None]:
-    """Within the block, every layer runs its own `nn.Linear` forward: the packed path is off (oneDNN is switched off;
-    the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
+    """Within the block, every layer runs its own `nn.Linear` forward: the packed and split paths are off (oneDNN is
+    switched off; the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
         with torch.backends.mkldnn.flags(enabled=False):

@@ -140,6 +140,68 @@ def test_an_optimizer_step_drops_the_packed_weights_it_changed(kind: str, monkey
         torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture
+def two_threads():
+    """torch at 2 threads for the test (CI's core count), whatever this machine has."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+@needs_onednn
+def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads, monkeypatch) -> None:
+    """A decoding step's small float32 products (at most SPLIT_LINEAR_MAX_ROWS rows) run as one batched product over
+    blocks of output rows, equal to `F.linear` up to float32 rounding; more rows, training, hooks and `plain_kernels`
+    take `F.linear` itself (equal bit for bit)."""
+    splits = []
+    split_linear = cpu_inference.split_linear
+    monkeypatch.setattr(cpu_inference, "split_linear", lambda *args: splits.append(args[3]) or split_linear(*args))
+    model = tiny_model()
+    layer = model.model.decoder.layers[0].fc1  # 32 -> 64, with a bias
+    for rows, expect_split in ((1, True), (cpu_inference.SPLIT_LINEAR_MAX_ROWS, True), (5, False)):
+        hidden = torch.randn(rows, 1, 32)
+        splits.clear()
+        with torch.no_grad():
+            got = layer(hidden)
+        assert splits == ([2] if expect_split else [])
+        if expect_split:
+            torch.testing.assert_close(got, plain_linear(layer, hidden), atol=1e-6, rtol=1e-6)
+        else:
+            assert torch.equal(got, plain_linear(layer, hidden))
+    # A layer without a bias is split too; 1 thread, or an odd number of outputs (the tiny model's output
+    # projection: 61), leaves nothing to split.
+    hidden = torch.randn(1, 1, 32)
+    with torch.no_grad():
+        unbiased = torch.nn.Linear(32, 64, bias=False)
+        cpu_inference.use_packed_linears(unbiased)
+        torch.testing.assert_close(unbiased(hidden), plain_linear(unbiased, hidden), atol=1e-6, rtol=1e-6)
+        assert splits == [2]
+        splits.clear()
+        assert torch.equal(model.lm_head(hidden), plain_linear(model.lm_head, hidden))
+        torch.set_num_threads(1)
+        assert torch.equal(layer(hidden), plain_linear(layer, hidden))
+        torch.set_num_threads(2)
+        with cpu_inference.plain_kernels():
+            assert torch.equal(layer(hidden), plain_linear(layer, hidden))
+        handle = layer.register_forward_hook(lambda module, args, output: output)
+        assert torch.equal(layer(hidden), plain_linear(layer, hidden))
+        handle.remove()
+    assert torch.equal(layer(hidden.requires_grad_(True)), plain_linear(layer, hidden))  # training: F.linear
+    assert splits == []
+    # Batch-1 generation (greedy and beam 4, whose steps have 1 and 4 rows) gives the tokens of the plain layers.
+    batch = random_batch(batch=1)
+    for beams in (1, 4):
+        kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=10)
+        kwargs |= dict(num_beams=beams, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        split = model.generate(**kwargs)
+        assert splits, "no product was split during generation"
+        with cpu_inference.plain_kernels():
+            plain = model.generate(**kwargs)
+        assert torch.equal(split.sequences, plain.sequences)
+        torch.testing.assert_close(torch.stack(split.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
+
+
 def test_packed_layers_can_be_pickled() -> None:
     """`torch.save(model)` pickles the installed forwards (a weak reference alone would not pickle); each one is
     rebuilt around its own layer. (Loading a pickle back is left out: the repository never reads one.)"""
