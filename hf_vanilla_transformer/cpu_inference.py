@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-# oneDNN-packed copies of linear weights, by id of the weight and then by dtype, each dropped when its weight is freed.
+# oneDNN-packed copies of linear weights (and biases cast to bf16), by id of the tensor and then by dtype, each
+# dropped when its tensor is freed.
 # Kept outside the modules: packed tensors are opaque (no storage), so a deep copy or pickle of a model holding one
 # would fail.
 _PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor]]] = {}
@@ -108,28 +110,34 @@ def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> to
     graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
     and weights) where oneDNN has bf16 kernels."""
     if not (
-        not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-        and hidden_states.device.type == weight.device.type == "cpu"
+        torch.backends.mkldnn.enabled
+        and hidden_states.is_cpu
+        and weight.is_cpu
         and hidden_states.numel() > 0
         and not (torch.is_grad_enabled() and (hidden_states.requires_grad or weight.requires_grad))
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and onednn_linear_dtypes()
     ):
         return None
     if torch.is_autocast_enabled("cpu"):
         # Autocast's linear casts the input, the weight and the bias to its dtype; float32 ones only.
         dtype = torch.get_autocast_dtype("cpu")
-        inputs_castable = {hidden_states.dtype, weight.dtype} <= {torch.float32, dtype}
+        inputs_castable = hidden_states.dtype in (torch.float32, dtype) and weight.dtype in (torch.float32, dtype)
     else:
         dtype = weight.dtype
         inputs_castable = hidden_states.dtype == dtype
-    if not inputs_castable:
-        return None
-    if dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if inputs_castable and dtype in onednn_linear_dtypes():
         return dtype
     return None
+
+
+@functools.cache
+def onednn_linear_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes oneDNN's packed linear runs in with this torch build and CPU (none without oneDNN); read once."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return ()
+    return (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
 
 
 def calls_plain_forward(module: nn.Module) -> bool:
@@ -205,19 +213,38 @@ def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.d
     """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
     again after every change to the weight (its version counter or storage changes, or an optimizer stepped it).
     No checks: see `packed_forward`."""
-    weight = module.weight
-    key = (weight._version, weight.data_ptr())
-    by_dtype = _PACKED_WEIGHTS.get(id(weight))
+    packed = kept_copy(module.weight, dtype, pack_weight)
+    bias = module.bias
+    if bias is not None and bias.dtype != dtype:
+        bias = kept_copy(bias, dtype, cast_bias)  # autocast's cast, once per change instead of at every call
+    if hidden_states.dtype != dtype:
+        hidden_states = hidden_states.to(dtype)
+    return torch.ops.mkldnn._linear_pointwise(hidden_states, packed, bias, "none", [], "")
+
+
+def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
+
+
+def cast_bias(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return bias.detach().to(dtype)
+
+
+def kept_copy(
+    tensor: torch.Tensor, dtype: torch.dtype, make: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+) -> torch.Tensor:
+    """`make(tensor, dtype)`, kept in `_PACKED_WEIGHTS` until the tensor changes (its version counter or storage;
+    an optimizer step: `forget_stepped_weights`) or is freed."""
+    key = (tensor._version, tensor.data_ptr())
+    by_dtype = _PACKED_WEIGHTS.get(id(tensor))
     if by_dtype is None:
-        by_dtype = _PACKED_WEIGHTS[id(weight)] = {}
-        weakref.finalize(weight, _PACKED_WEIGHTS.pop, id(weight), None)
+        by_dtype = _PACKED_WEIGHTS[id(tensor)] = {}
+        weakref.finalize(tensor, _PACKED_WEIGHTS.pop, id(tensor), None)
         _watch_optimizer_steps()
     kept = by_dtype.get(dtype)
     if kept is None or kept[0] != key:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
-        kept = by_dtype[dtype] = (key, packed)
-    bias = None if module.bias is None else module.bias.to(dtype)
-    return torch.ops.mkldnn._linear_pointwise(hidden_states.to(dtype), kept[1], bias, "none", [], "")
+        kept = by_dtype[dtype] = (key, make(tensor, dtype))
+    return kept[1]
 
 
 _OPTIMIZER_HOOK: list[torch.utils.hooks.RemovableHandle] = []

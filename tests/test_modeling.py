@@ -140,6 +140,27 @@ def test_an_optimizer_step_drops_the_packed_weights_it_changed(kind: str, monkey
         torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
 
 
+@needs_onednn
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 kernels on this CPU")
+def test_the_kept_bf16_bias_follows_a_bias_only_optimizer_step() -> None:
+    """Under bf16 autocast the packed path keeps the bias cast to bf16 as well as the packed weight; training only
+    the biases (BitFit) with transformers' default fused AdamW must not leave a stale bias behind."""
+    layer = torch.nn.Linear(32, 64)
+    cpu_inference.use_packed_linears(layer)
+    layer.weight.requires_grad_(False)
+    optimizer = torch.optim.AdamW([layer.bias], lr=0.5, fused=True)
+    hidden = torch.randn(4, 32)
+    for _ in range(2):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden))
+            assert torch.bfloat16 in _PACKED_WEIGHTS[id(layer.bias)]
+        layer(hidden).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden))
+
+
 @pytest.fixture
 def two_threads():
     """torch at 2 threads for the test (CI's core count), whatever this machine has."""
