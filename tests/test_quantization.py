@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.profiler import profile
 
+from hf_vanilla_transformer import quantization
 from hf_vanilla_transformer.quantization import quantize_int8
 
 from .conftest import random_batch, tiny_model, tiny_tokenizer
@@ -19,7 +20,14 @@ def op_names(model: nn.Module, batch: dict[str, torch.Tensor]) -> set[str]:
     return {event.key for event in prof.key_averages()}
 
 
-def test_int8_kernels_replace_every_linear_and_keep_the_logits_close() -> None:
+@pytest.mark.parametrize("kernel", ["quantized::linear_dynamic", "aten::_weight_int8pack_mm"])
+def test_int8_kernels_replace_every_linear_and_keep_the_logits_close(kernel: str, monkeypatch) -> None:
+    """FBGEMM's dynamic int8 layers, or for small products the same int8 weights times bf16 inputs (every product of
+    the tiny model is small: the threshold is set to 0 to test FBGEMM's)."""
+    if kernel == "quantized::linear_dynamic":
+        monkeypatch.setattr(quantization, "WEIGHT_ONLY_MAX_MACS", 0)
+    elif not quantization.weight_only_kernel():
+        pytest.skip("no fast bf16 on this CPU: the int8 layers take FBGEMM's kernel at every size")
     model, batch = tiny_model(), random_batch()
     with torch.no_grad():
         reference = model(**batch).logits
@@ -27,7 +35,7 @@ def test_int8_kernels_replace_every_linear_and_keep_the_logits_close() -> None:
     quantized = quantize_int8(model)
     assert quantized is model and not any(type(module) is nn.Linear for module in model.modules())
     names = op_names(model, batch)
-    assert "quantized::linear_dynamic" in names
+    assert kernel in names
     assert not {"aten::linear", "aten::addmm", "mkldnn::_linear_pointwise"} & names  # no float32 product left
     with torch.no_grad():
         logits = model(**batch).logits
@@ -86,7 +94,8 @@ def test_the_translation_pipeline_takes_an_int8_model(folder) -> None:
     with profile() as prof:
         output = translator(["w4 w5 w6"], max_new_tokens=4)
     assert isinstance(output[0]["translation_text"], str)
-    assert "quantized::linear_dynamic" in {event.key for event in prof.key_averages()}
+    names = {event.key for event in prof.key_averages()}
+    assert {"quantized::linear_dynamic", "aten::_weight_int8pack_mm"} & names and "aten::linear" not in names
 
 
 def test_int8_without_int8_kernels_is_one_line_naming_the_fix(folder, capsys, monkeypatch) -> None:
@@ -94,3 +103,37 @@ def test_int8_without_int8_kernels_is_one_line_naming_the_fix(folder, capsys, mo
     code, _, err = run(["translate", str(folder), "w4 w5", "--int8"], capsys)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "`--int8`" in err and "torch.ao.quantization.quantize_dynamic" in err and "pip install" in err
+
+
+@pytest.mark.skipif(not quantization.weight_only_kernel(), reason="no fast bf16 on this CPU: FBGEMM at every size")
+def test_small_int8_products_multiply_the_int8_weights_by_bf16_inputs() -> None:
+    """Below WEIGHT_ONLY_MAX_MACS an int8 layer computes x · (int8 weight × row scale)ᵀ + b with x in bf16, the
+    scales in bf16 and the result rounded to bf16: within 1% of that product in float32 (FBGEMM's 7-bit inputs are
+    off by several percent); larger products take FBGEMM's kernel (the parent's forward, bit for bit); replaced
+    weights (load_state_dict) are followed."""
+    model = nn.Sequential(nn.Linear(64, 48)).eval()
+    quantize_int8(model)
+    layer = model[0]
+    assert isinstance(layer, quantization.Int8Linear)
+
+    def dequantized_product(hidden: torch.Tensor) -> torch.Tensor:
+        weight, bias = layer._weight_bias()
+        scales = weight.q_per_channel_scales().float()
+        return hidden @ (weight.int_repr().float() * scales[:, None]).t() + bias  # (..., 64) -> (..., 48)
+
+    hidden = torch.randn(2, 3, 64)
+    assert 2 * 3 * 64 * 48 < quantization.WEIGHT_ONLY_MAX_MACS
+    with torch.no_grad():
+        expected = dequantized_product(hidden)
+        got = layer(hidden)
+        assert got.shape == (2, 3, 48) and got.dtype == torch.float32
+        assert (got - expected).abs().max() <= 0.01 * expected.abs().max()
+        fbgemm = quantization.DynamicInt8Linear.forward(layer, hidden)
+        assert (fbgemm - expected).abs().max() > (got - expected).abs().max()  # 7-bit inputs: further off
+        large = torch.randn(200, 64)  # 200 x 64 x 48 > WEIGHT_ONLY_MAX_MACS
+        assert torch.equal(layer(large), quantization.DynamicInt8Linear.forward(layer, large))
+        replacement = nn.Sequential(nn.Linear(64, 48)).eval()
+        model.load_state_dict(quantize_int8(replacement).state_dict())
+        moved = dequantized_product(hidden)
+        assert not torch.allclose(moved, expected)
+        assert (layer(hidden) - moved).abs().max() <= 0.01 * moved.abs().max()
