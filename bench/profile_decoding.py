@@ -72,7 +72,7 @@ def profile_case(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
                 attention_mask=mask,
                 num_beams=beams,
                 do_sample=False,
-                min_new_tokens=NEW_TOKENS,
+                eos_token_id=None,
                 max_new_tokens=NEW_TOKENS,
             )
         total = time.perf_counter() - start
