@@ -19,12 +19,17 @@ base-sized model takes well under a second, so the float32 folder stays the one 
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+try:
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+except ImportError:  # a torch without it: quantize_int8 stops first, with int8_engine's one-line error
+    DynamicInt8Linear = nn.Module
 
 ModelT = TypeVar("ModelT", bound=nn.Module)
 
@@ -62,9 +67,10 @@ class Int8Linear(DynamicInt8Linear):
         return kept[1], kept[2], kept[3]
 
 
+@functools.cache
 def weight_only_kernel() -> bool:
-    """Whether `Int8Linear`'s few-row path may run: torch has the kernel, no gradient is wanted (none flows through
-    int8 layers anyway) and this CPU multiplies bf16 fast (oneDNN's bf16 check: AVX-512 or newer)."""
+    """Whether `Int8Linear`'s few-row path may run: torch has the kernel and this CPU multiplies bf16 fast (oneDNN's
+    bf16 check: AVX-512 or newer). Read once."""
     return (
         hasattr(torch.ops.aten, "_weight_int8pack_mm")
         and torch.backends.mkldnn.is_available()
@@ -77,7 +83,12 @@ def int8_engine() -> str:
     this torch has no dynamic int8 quantization or no engine for this CPU."""
     quantization = getattr(torch.ao, "quantization", None)
     engines = [engine for engine in torch.backends.quantized.supported_engines if engine != "none"]
-    if quantization is None or not hasattr(quantization, "quantize_dynamic") or not engines:
+    if (
+        quantization is None
+        or not hasattr(quantization, "quantize_dynamic")
+        or DynamicInt8Linear is nn.Module
+        or not engines
+    ):
         raise RuntimeError(
             f"int8 inference needs torch's dynamic quantization (torch.ao.quantization.quantize_dynamic with the "
             f"x86/fbgemm or qnnpack engine), which torch {torch.__version__} lacks (engines: "
