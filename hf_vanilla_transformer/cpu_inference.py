@@ -40,9 +40,9 @@ _PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor
 PACKED_LINEAR_MIN_MACS = 1_500_000
 
 # Up to this many rows a float32 product below the packing threshold is split over the threads (`split_linear`). With
-# the weights read from memory as in a decoding step, `generate()` took 1.54x less time at batch 1 (base
-# configuration, greedy), 1.2x with beam 4 (4 rows); at 16 rows `F.linear` uses every thread itself, and splitting was
-# 10% slower (bench/split_linear.py, AMD EPYC, 2 threads).
+# the weights read from memory as in a decoding step, `generate()` at batch 1 was 1.45x faster greedy and 1.23x with
+# beam 4 (4 rows) in the base configuration, 1.15x and 1.14x in the tiny one (bench/split_linear.py); splitting 16
+# rows made tiny greedy batch 16 10% slower (AMD EPYC, 2 threads).
 SPLIT_LINEAR_MAX_ROWS = 4
 
 

@@ -10,8 +10,8 @@ and attention's own products stay float32.
 
 For a decoding step's few rows FBGEMM's fixed cost per call (quantizing the input, 20-25 µs whatever the size) exceeds
 the product: `Int8Linear` multiplies the same int8 weights by the input rounded to bf16 there (torch's
-`_weight_int8pack_mm`), 1.5-1.9x faster for products below `WEIGHT_ONLY_MAX_MACS` multiply-adds and more exact
-(bf16 inputs where FBGEMM's are 7-bit integers).
+`_weight_int8pack_mm`), 1.2-1.9x faster per layer for products below `WEIGHT_ONLY_MAX_MACS` multiply-adds and
+more exact (bf16 inputs where FBGEMM's are 7-bit integers).
 
 Quantize after loading; the int8 model is for inference only (no gradients, CPU only) and is not saved: quantizing a
 base-sized model takes well under a second, so the float32 folder stays the one format to save and share.
