@@ -37,6 +37,7 @@ from transformers import GenerationConfig, MarianMTModel
 
 from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.cpu_inference import keep_freed_memory
 from hf_vanilla_transformer.training import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
@@ -699,6 +700,7 @@ def print_decode_table(results: dict[str, Any]) -> None:
         f"\nDecoding, {NEW_TOKENS} new tokens per row, {env['threads']} threads, {env['cpu']} "
         f"({env['cpu_count']} logical cores; {env.get('cpu_flags', '')}), {env['date']}, "
         f"torch {env['torch']}, transformers {env['transformers']}, ctranslate2 {env.get('ctranslate2', '-')}; "
+        f"PyTorch side's malloc: {env.get('malloc', 'default')}; "
         f"load {env['load_average_at_start']} -> {results.get('load_average_at_end')}"
     )
     print(
@@ -1000,6 +1002,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="a check of the decode table: tiny only, 1 timed rep after 1 warm-up (overrides --reps/--warmup)",
     )
+    parser.add_argument(
+        "--malloc",
+        choices=("keep", "default"),
+        default="keep",
+        help="keep: glibc's malloc keeps freed memory (cpu_inference.keep_freed_memory, as `translate` and `evaluate` "
+        "set it) for ours and Marian alike; default: glibc's defaults. CTranslate2 runs in its own process as it is",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
@@ -1020,6 +1029,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.ct2_decode_worker:
         print(json.dumps(ct2_decode_worker(args.decode_configs, args.reps, args.warmup)))
         return
+    malloc = "keep" if args.malloc == "keep" and keep_freed_memory() else "default"
     bf16, precision = resolve_bf16(args.bf16, DEVICE)
     DTYPES = ("fp32", "bf16") if bf16 else ("fp32",)
     print(f"dtypes {', '.join(DTYPES)}: {precision}", flush=True)
@@ -1028,6 +1038,7 @@ def main(argv: list[str] | None = None) -> None:
     size = CONFIGS[args.config]
     batches = bench_batches(size["vocab_size"])
     results: dict[str, Any] = {"environment": environment(args.threads), "config": args.config, "size": size}
+    results["environment"]["malloc"] = malloc
     results["precision"] = precision
     results["same_function_max_abs_logit_difference"] = check_same_function(size, batches[1])
     shapes = [(*b.input_ids.shape, b.labels.shape[1]) for b in batches]

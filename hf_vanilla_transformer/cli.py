@@ -545,7 +545,10 @@ def _add_evaluate_parser(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` subcommand."""
+    from .cpu_inference import keep_freed_memory
     from .workflows import EvaluateOptions, evaluate
+
+    keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
     names = (
         *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
@@ -625,6 +628,7 @@ def run_translate(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as transformers_logging
 
+    from .cpu_inference import keep_freed_memory
     from .data import LineStream, read_lines
     from .workflows import (
         TranslateOptions,
@@ -638,6 +642,7 @@ def run_translate(args: argparse.Namespace) -> int:
 
     # A tool's stderr carries warnings and errors only: no bar for loading the weights.
     transformers_logging.disable_progress_bar()
+    keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
     model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
     if args.text and args.input is not None:
         raise WorkflowError("Pass sentences either as arguments or with `--input`, not both.")

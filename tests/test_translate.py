@@ -259,3 +259,60 @@ def test_chunks_answer_what_has_come_and_batch_a_burst() -> None:
         os.write(write_end, b"last line without its end")
         os.close(write_end)
         assert list(stream) == [["last line without its end"]]
+
+
+GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
+
+# Beam search over a 37,000-word vocabulary (the base configuration's), 16 sources: each step allocates and frees
+# (64, 37000) score tensors, 9.5 MB each. Prints the page faults of the second and third of three generate() calls;
+# with "keep" first, after `keep_freed_memory()`.
+PAGE_FAULTS = """
+import resource, sys, torch
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.cpu_inference import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+torch.manual_seed(0)
+sizes = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2)
+config = VanillaTransformerConfig(vocab_size=37000, encoder_layers=1, decoder_layers=1, **sizes)
+model = VanillaTransformerForConditionalGeneration(config).eval()
+ids = torch.randint(4, 37000, (16, 12))
+faults = []
+with torch.no_grad():
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        model.generate(input_ids=ids, num_beams=4, do_sample=False, eos_token_id=None, max_new_tokens=10)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(faults[1], faults[2])
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="keep_freed_memory tunes glibc's malloc")
+def test_keep_freed_memory_stops_the_page_faults_of_each_decoding_step() -> None:
+    """With glibc's defaults, the large score tensors that beam search allocates at every step are mapped afresh
+    again and again, and their pages fault in each time (thousands of faults per generate() call); after
+    keep_freed_memory the freed memory is reused."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    faults = {}
+    for setting in ("default", "keep"):
+        result = subprocess.run(
+            [sys.executable, "-c", PAGE_FAULTS, setting], capture_output=True, text=True, env=env, check=True
+        )
+        faults[setting] = [int(count) for count in result.stdout.split()]
+    assert min(faults["default"]) > 2_000, faults  # a (64, 37000) float32 tensor is 2,313 pages of 4 KB
+    assert max(faults["keep"]) < 200, faults
+
+
+def test_translate_and_evaluate_keep_freed_memory(bpe_model, capsys, monkeypatch, tmp_path) -> None:
+    """The decoding commands set the allocator up for decoding before they load the model."""
+    from hf_vanilla_transformer import cpu_inference
+
+    calls = []
+    monkeypatch.setattr(cpu_inference, "keep_freed_memory", lambda: calls.append(True) or True)
+    code, out, _ = run(["translate", str(bpe_model), "A dog runs.", *FAST], capsys)
+    assert code == 0 and calls == [True]
+    (tmp_path / "src.txt").write_text("A dog runs.\n")
+    (tmp_path / "ref.txt").write_text(out)
+    argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    code, _, _ = run([*argv, "--num-beams", "1", "--no-progress"], capsys)
+    assert code == 0 and calls == [True, True]
