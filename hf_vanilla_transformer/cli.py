@@ -511,6 +511,13 @@ def run_train(args: argparse.Namespace) -> int:
     result = train(options)
     if result is not None:  # None: a process of a distributed run other than the one that writes the results
         print(f"Done in {result.summary['seconds'] / 60:.1f} minutes. Results: {result.results_file}", flush=True)
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Training ended on every process: the command's process group goes before the interpreter does. A gloo
+        # group left to the exit aborted a torchrun process now and then ("terminate called without an active
+        # exception"; pytorch/pytorch#190489).
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -10,7 +10,8 @@ Hooks (none changes the numbers that training computes):
   sleep, to be killed from outside with SIGKILL;
 - `--kill-in-save N`: SIGKILL itself in the middle of writing checkpoint-N (after the weights and the optimizer,
   before rng_state.pth and trainer_state.json, which the Trainer writes last);
-- `--trace FOLDER`: record every file this process writes (paths, one a line) in FOLDER/writes-rank<RANK>.txt;
+- `--trace FOLDER`: record every file this process writes (paths, one a line) in FOLDER/writes-rank<RANK>.txt, and
+  whether the command left its process group initialized in FOLDER/group-at-exit-rank<RANK>.txt;
 
 `write_corpus` and `run` are the tests' side: the data, and the subprocess with its environment.
 """
@@ -189,7 +190,11 @@ def main() -> int:
 
     from hf_vanilla_transformer.cli import main as cli_main
 
-    return cli_main(cli_args)
+    code = cli_main(cli_args)
+    if hooks.trace is not None:  # what the command leaves to the interpreter's exit: a live gloo group can abort it
+        state = "initialized" if torch.distributed.is_initialized() else "destroyed"
+        (hooks.trace / f"group-at-exit-rank{os.environ.get('RANK', '0')}.txt").write_text(state)
+    return code
 
 
 if __name__ == "__main__":
