@@ -197,6 +197,14 @@ def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: st
     return src_lang or trained_src, tgt_lang or trained_tgt
 
 
+def check_precisions(bf16: bool, int8: bool, bf16_weights: bool) -> None:
+    """At most one of bf16 autocast, int8 products and bf16 weights: int8 products take float32 activations, which
+    autocast or bf16 weights would hand them in bf16, and autocast over bf16 weights is bf16 weights."""
+    precisions = [name for name, on in (("--bf16", bf16), ("--int8", int8), ("--bf16-weights", bf16_weights)) if on]
+    if len(precisions) > 1:
+        raise WorkflowError(f"`{'` and `'.join(precisions)}` are precisions for the same products; pass one of them.")
+
+
 def load_model(
     model_dir: str | os.PathLike,
     trust_remote_code: bool = False,
@@ -216,8 +224,7 @@ def load_model(
         raise WorkflowError(f"`--device` must be one of {', '.join(DEVICES)}, got {device!r}.")
     if device == "cuda" and not torch.cuda.is_available():
         raise WorkflowError("`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu (or auto).")
-    if int8 and bf16_weights:  # int8 products take float32 activations
-        raise WorkflowError("`--int8` and `--bf16-weights` are precisions for the same products; pass one of them.")
+    check_precisions(False, int8, bf16_weights)
     if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
         from .quantization import int8_engine, quantize_int8
 
@@ -1391,11 +1398,7 @@ def _check_translate_options(options: TranslateOptions) -> None:
     penalty = options.length_penalty
     if penalty is not None and (isinstance(penalty, bool) or not math.isfinite(penalty)):
         raise WorkflowError(f"`--length-penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
-    precisions = [name for name, on in (("--bf16", options.bf16), ("--bf16-weights", options.bf16_weights)) if on]
-    # int8 products take float32 activations: autocast or bf16 weights would hand them bf16.
-    precisions += ["--int8"] if options.int8 else []
-    if len(precisions) > 1:
-        raise WorkflowError(f"`{'` and `'.join(precisions)}` are precisions for the same products; pass one of them.")
+    check_precisions(options.bf16, options.int8, options.bf16_weights)
 
 
 def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
