@@ -90,16 +90,22 @@ class SourceLengthLogitsProcessor(LogitsProcessor):
         self.max_new_tokens = max_new_tokens.long()
         self.eos_token_id = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         self.prompt_length: int | None = None
+        # Speed only: before the smallest limit's last step no row is due, and the scores pass unchanged without
+        # the two (rows, vocabulary) passes of forcing (5% of a paper-decoding beam search on a CPU).
+        self.first_due_step = int(self.max_new_tokens.min()) - 1
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         """input_ids (B * k, prompt + generated); scores (B * k, V). Returns the scores with EOS forced where due."""
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
+        step = input_ids.shape[1] - self.prompt_length  # tokens generated so far
+        if step < self.first_due_step:
+            return scores
         rows, batch = scores.shape[0], self.max_new_tokens.numel()
         if rows % batch:
             raise ValueError(f"{rows} generation rows do not split into the {batch} source rows given.")
         limits = self.max_new_tokens.to(scores.device).repeat_interleave(rows // batch)  # (B,) -> (B * k,)
-        due = input_ids.shape[1] - self.prompt_length >= limits - 1  # the next token is the last allowed one
+        due = step >= limits - 1  # the next token is the last allowed one
         forced = torch.full_like(scores, -math.inf)
         forced[:, self.eos_token_id] = 0
         return torch.where(due[:, None], forced, scores)

@@ -196,6 +196,16 @@ def test_processor_forces_eos_per_row_by_hand() -> None:
     assert torch.equal(after_one[2:], scores[2:])
 
 
+def test_processor_passes_scores_through_until_a_row_is_due() -> None:
+    processor = SourceLengthLogitsProcessor(torch.tensor([3, 5]), eos_token_id=EOS)
+    scores, prompt = torch.randn(2, 6), torch.full((2, 1), PAD)
+    # Before the smallest limit's last step the scores are returned as they are, with no (rows, vocabulary) work.
+    assert processor(prompt, scores) is scores
+    assert processor(torch.cat([prompt] * 2, dim=1), scores) is scores
+    due = processor(torch.cat([prompt] * 3, dim=1), scores)  # row 0's third and last token
+    assert due is not scores and due[0, EOS] == 0 and torch.isinf(due[0, 3]) and torch.equal(due[1], scores[1])
+
+
 def test_paper_generation_config_values_and_round_trip(tmp_path) -> None:
     config = paper_generation_config(tiny_model().config)
     assert (config.num_beams, config.length_penalty, config.early_stopping) == (4, 0.6, True)

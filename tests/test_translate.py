@@ -316,3 +316,13 @@ def test_translate_and_evaluate_keep_freed_memory(bpe_model, capsys, monkeypatch
     argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     code, _, _ = run([*argv, "--num-beams", "1", "--no-progress"], capsys)
     assert code == 0 and calls == [True, True]
+
+
+def test_decoding_on_the_cpu_loads_eager_attention_unless_chosen(bpe_model) -> None:
+    """translate and evaluate load with eager attention on the CPU (faster beam search than sdpa there); a caller's
+    choice is kept, and the int8 model gets it too."""
+    assert workflows.load_model(bpe_model, device="cpu").config._attn_implementation == "eager"
+    assert workflows.load_model(bpe_model, device="cpu", int8=True).config._attn_implementation == "eager"
+    chosen = workflows.load_model(bpe_model, device="cpu", attn_implementation="sdpa")
+    assert chosen.config._attn_implementation == "sdpa"
+    assert workflows.decoding_attention(torch.device("cuda")) == "sdpa"
