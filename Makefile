@@ -46,8 +46,9 @@ train-1h: setup
 train-2h: setup
 	$(VENV)/bin/hf-vanilla-transformer train --recipe multi30k-2h --output-dir runs/multi30k-en-de-2h $(ARGS)
 
-# The decoding table (issue 25): ours against MarianMTModel and CTranslate2, tiny and base configurations, greedy and
-# beam 4, batch 1 and 16, fp32 / bf16 / int8, interleaved reps (not part of the tests). ARGS="--quick": a check.
+# The decoding table: ours against MarianMTModel and CTranslate2 (at both of its CPU settings), tiny and base
+# configurations, greedy and beam 4, batch 1 and 16, fp32 / bf16 / int8, interleaved reps, then the speed targets
+# (not part of the tests). ARGS="--quick": a check.
 bench: setup
 	$(PY) -m bench.bench --sections decode --reps 3 --warmup 1 $(ARGS)
 

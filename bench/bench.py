@@ -584,6 +584,10 @@ def section_generate(config: str, reps: int, warmup: int) -> dict[str, Any]:
 DECODE_DTYPES = ("fp32", "bf16", "int8")
 # CTranslate2's compute type for each of our dtypes.
 CT2_COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8"}
+# CTranslate2's two CPU backends, chosen by CT2_USE_MKL when it loads: Intel's MKL (its default on Intel CPUs) or
+# oneDNN and its own kernels (its default elsewhere). The decoding table runs both, each in its own process, and
+# compares every row with the faster one: CTranslate2 "with its best settings for the host". MKL is x86 only.
+CT2_SETTINGS = {"mkl_off": "0", "mkl_on": "1"}
 INT8_MISSING = "n/a (quantize_int8 missing)"
 
 
@@ -678,23 +682,41 @@ def section_decode(configs: list[str], reps: int, warmup: int) -> dict[str, Any]
     if DEVICE.type == "cpu":
         command = [sys.executable, "-m", "bench.bench", "--threads", str(torch.get_num_threads())]
         command += ["--reps", str(reps), "--warmup", str(warmup), "--decode-configs", *configs, "--ct2-decode-worker"]
-        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        for key, times in json.loads(output.strip().splitlines()[-1]).items():
-            if key not in result:
-                continue
-            row = result[key]
-            if isinstance(times, str):
-                row["ct2"] = times
-                continue
-            row["ct2"] = {"seconds": summary(times)}
-            for name in ("ours", "ours_bf16_weights"):
-                if isinstance(row.get(name), dict):
-                    row[f"ratio_{name}_over_ct2"] = statistics.median(times) / row[name]["seconds"]["median"]
+        settings = CT2_SETTINGS if platform.machine().lower() in ("x86_64", "amd64") else {"mkl_off": "0"}
+        for setting, use_mkl in settings.items():
+            environment = {**os.environ, "CT2_USE_MKL": use_mkl}
+            output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
+            for key, times in json.loads(output.strip().splitlines()[-1]).items():
+                if key in result:
+                    add_ct2_times(result[key], f"ct2_{setting}", times)
+        for row in result.values():
+            add_best_ct2_ratios(row)
     return result
 
 
+def add_ct2_times(row: dict[str, Any], column: str, times: list[float] | str) -> None:
+    """CTranslate2's seconds per call (or why there are none) under `column` of a decoding-table row, and ours over
+    them as ratios of medians (> 1: ours faster)."""
+    if isinstance(times, str):
+        row[column] = times
+        return
+    row[column] = {"seconds": summary(times)}
+    for name in ("ours", "ours_bf16_weights"):
+        if isinstance(row.get(name), dict):
+            row[f"ratio_{name}_over_{column}"] = statistics.median(times) / row[name]["seconds"]["median"]
+
+
+def add_best_ct2_ratios(row: dict[str, Any]) -> None:
+    """Ours against CTranslate2's faster setting in this row (the smaller of the per-setting ratios), where there
+    is one."""
+    for name in ("ours", "ours_bf16_weights"):
+        ratios = [row[key] for key in (f"ratio_{name}_over_ct2_{setting}" for setting in CT2_SETTINGS) if key in row]
+        if ratios:
+            row[f"ratio_{name}_over_ct2_best"] = min(ratios)
+
+
 def print_decode_table(results: dict[str, Any]) -> None:
-    """One table: ms per generate() call (median [IQR]) and speed ratios (> 1: ours faster)."""
+    """One table: ms per generate() call (median [IQR]) and speed ratios (> 1: ours faster); then the targets."""
     env = results["environment"]
     print(
         f"\nDecoding, {NEW_TOKENS} new tokens per row, {env['threads']} threads, {env['cpu']} "
@@ -705,25 +727,96 @@ def print_decode_table(results: dict[str, Any]) -> None:
     )
     print(
         "ours/Marian: median of per-rep ratios (interleaved); ours/CT2: ratio of medians (CTranslate2 in its own "
-        "process); Marian int8 = torch dynamic quantization; bf16 = autocast (ours/Marian), bfloat16 (CT2)"
+        "process, CT2_USE_MKL=0 / 1, best = against the faster); Marian int8 = torch dynamic quantization; bf16 = "
+        "autocast (ours/Marian), bfloat16 (CT2)"
     )
-    print("| config | case | dtype | ours ms | Marian ms | ours/Marian | CT2 ms | ours/CT2 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| config | case | dtype | ours ms | Marian ms | ours/Marian | CT2 ms (MKL off / on) | ours/CT2 (off / on) "
+        "| ours/CT2 best |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
 
-    def cell(value: Any, scale: float = 1e3, digits: int = 1) -> str:
-        return value if isinstance(value, str) else fmt(value["seconds"], scale, digits) if value else "-"
+    def cell(value: Any, scale: float = 1e3, digits: int = 1) -> str:  # "n/a" alone: the reason is in the JSON
+        return (
+            value.split(" (")[0] if isinstance(value, str) else fmt(value["seconds"], scale, digits) if value else "-"
+        )
+
+    def ratio(value: float | None) -> str:
+        return f"{value:.2f}" if value else "-"
 
     for key, row in results["decode"].items():
         config, dtype, case = key.split("/", 2)
         variants = [("ours", dtype)] + ([("ours_bf16_weights", "bf16 weights")] if "ours_bf16_weights" in row else [])
         for name, label in variants:
             marian_ratio = row.get(f"ratio_{name}_over_marian")
-            ct2_ratio = row.get(f"ratio_{name}_over_ct2")
+            ct2 = " / ".join(cell(row.get(f"ct2_{setting}")) for setting in CT2_SETTINGS)
+            ct2_ratios = " / ".join(ratio(row.get(f"ratio_{name}_over_ct2_{setting}")) for setting in CT2_SETTINGS)
             print(
                 f"| {config} | {case} | {label} | {cell(row.get(name))} | {cell(row.get('marian'))} | "
-                f"{fmt(marian_ratio, digits=2) if marian_ratio else '-'} | {cell(row.get('ct2'))} | "
-                f"{f'{ct2_ratio:.2f}' if ct2_ratio else '-'} |"
+                f"{fmt(marian_ratio, digits=2) if marian_ratio else '-'} | {ct2} | {ct2_ratios} | "
+                f"{ratio(row.get(f'ratio_{name}_over_ct2_best'))} |"
             )
+    print(
+        "\nTargets (medians of per-rep ratios against Marian, ratios of medians against CTranslate2's faster setting):"
+    )
+    print("| target | rows | met |")
+    print("|---|---|---|")
+    for target in results["decode_targets"]:
+        rows = ", ".join(f"{label} {value:.2f}" for label, value in target["rows"])
+        met = f"{target['met']} of {len(target['rows'])}"
+        print(f"| {target['target']} | {rows or '-'} | {met} |")
+
+
+@dataclass(frozen=True)
+class DecodeTarget:
+    """A decoding target: our `variants` ("ours", "ours_bf16_weights") in `dtypes` and `cases` (None: every case),
+    each at least `threshold` times as fast as `against` ("marian", or "ct2_best": CTranslate2's faster setting)."""
+
+    description: str
+    variants: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    cases: tuple[str, ...] | None
+    against: str
+    threshold: float
+
+
+BATCH16 = ("greedy/batch16", "beam4/batch16")
+BATCH1 = ("greedy/batch1", "beam4/batch1")
+DECODE_TARGETS = (
+    DecodeTarget(
+        "ours >= 1.5x Marian in every row", ("ours", "ours_bf16_weights"), DECODE_DTYPES, None, "marian", 1.5
+    ),
+    DecodeTarget("int8 >= 1.0x CTranslate2 int8 at batch 16", ("ours",), ("int8",), BATCH16, "ct2_best", 1.0),
+    DecodeTarget("int8 >= 0.8x CTranslate2 int8 at batch 1", ("ours",), ("int8",), BATCH1, "ct2_best", 0.8),
+    DecodeTarget("fp32 >= 1.0x CTranslate2 float32 (its faster setting)", ("ours",), ("fp32",), None, "ct2_best", 1.0),
+    DecodeTarget("bf16 autocast >= 1.3x Marian under the same autocast", ("ours",), ("bf16",), None, "marian", 1.3),
+    DecodeTarget("bf16 weights >= 1.3x Marian under autocast", ("ours_bf16_weights",), ("bf16",), None, "marian", 1.3),
+)
+
+
+def decode_targets(decode: dict[str, Any], cpu_flags: str = "") -> list[dict[str, Any]]:
+    """Each of DECODE_TARGETS with the rows it covers ("config case dtype", ratio) and how many reach it. Rows
+    without the ratio (a dtype not measured, CTranslate2 without that compute type) are left out. The bf16 targets
+    say whether this CPU has bf16 matrix units (AMX), the CPUs they are set for."""
+    targets = []
+    for target in DECODE_TARGETS:
+        rows = []
+        for key, row in decode.items():
+            config, dtype, case = key.split("/", 2)
+            if dtype not in target.dtypes or (target.cases is not None and case not in target.cases):
+                continue
+            for name in target.variants:
+                value = row.get(f"ratio_{name}_over_{target.against}")
+                if isinstance(value, dict):  # ours/Marian: the summary of per-rep ratios
+                    value = value["median"]
+                if value is not None:
+                    rows.append((f"{config} {case} {'bf16 weights' if name == 'ours_bf16_weights' else dtype}", value))
+        description = target.description
+        if target.dtypes == ("bf16",):
+            description += " (this CPU has AMX)" if "amx_bf16" in cpu_flags else " (this CPU has no AMX)"
+        met = sum(value >= target.threshold for _, value in rows)
+        targets.append({"target": description, "threshold": target.threshold, "rows": rows, "met": met})
+    return targets
 
 
 def memory_worker(config: str, name: str, dtype: str) -> dict[str, float]:
@@ -1065,6 +1158,7 @@ def main(argv: list[str] | None = None) -> None:
     if set(results) & {"train", "encoder", "generate", "memory", "loss_curve"}:
         print_report(results)
     if "decode" in results:
+        results["decode_targets"] = decode_targets(results["decode"], results["environment"].get("cpu_flags", ""))
         print_decode_table(results)
     if args.json:
         with open(args.json, "w") as out:

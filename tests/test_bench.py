@@ -1,0 +1,56 @@
+"""The decoding table's bookkeeping (bench/bench.py): CTranslate2 at both of its CPU settings, the comparison with
+the faster one, and the targets it reports. Synthetic times: no model runs here."""
+
+from bench.bench import DECODE_TARGETS, add_best_ct2_ratios, add_ct2_times, decode_targets, summary
+
+
+def row(ours_ms: float, marian_ratio: float, bf16_weights_ms: float | None = None) -> dict:
+    result = {"ours": {"seconds": summary([ours_ms / 1000])}, "ratio_ours_over_marian": summary([marian_ratio])}
+    if bf16_weights_ms is not None:
+        result["ours_bf16_weights"] = {"seconds": summary([bf16_weights_ms / 1000])}
+        result["ratio_ours_bf16_weights_over_marian"] = summary([1.4])
+    return result
+
+
+def test_ours_is_compared_with_the_faster_ctranslate2_setting() -> None:
+    fp32 = row(100, 1.6)
+    add_ct2_times(fp32, "ct2_mkl_off", [0.120, 0.120, 0.125])  # 1.2x ours' time: ours 1.2x faster
+    add_ct2_times(fp32, "ct2_mkl_on", [0.080, 0.090, 0.085])  # faster than ours
+    add_best_ct2_ratios(fp32)
+    assert round(fp32["ratio_ours_over_ct2_mkl_off"], 6) == 1.2
+    assert round(fp32["ratio_ours_over_ct2_mkl_on"], 6) == 0.85
+    assert fp32["ratio_ours_over_ct2_best"] == fp32["ratio_ours_over_ct2_mkl_on"]
+    missing = row(100, 1.1, bf16_weights_ms=90)
+    add_ct2_times(missing, "ct2_mkl_off", "n/a (CTranslate2 has no bfloat16 on this CPU: ['float32'])")
+    add_best_ct2_ratios(missing)
+    assert missing["ct2_mkl_off"].startswith("n/a") and "ratio_ours_over_ct2_best" not in missing
+
+
+def test_targets_count_the_rows_that_reach_them() -> None:
+    decode = {
+        "tiny/fp32/greedy/batch1": row(100, 1.6),
+        "tiny/fp32/beam4/batch16": row(100, 1.4),
+        "tiny/bf16/greedy/batch1": row(100, 1.1, bf16_weights_ms=80),
+        "tiny/int8/greedy/batch16": row(100, 1.2),
+        "tiny/int8/greedy/batch1": row(100, 1.2),
+    }
+    ct2_ms = {"tiny/fp32/greedy/batch1": 90, "tiny/fp32/beam4/batch16": 110, "tiny/int8/greedy/batch16": 99}
+    ct2_ms["tiny/int8/greedy/batch1"] = 85
+    for key, ms in ct2_ms.items():
+        add_ct2_times(decode[key], "ct2_mkl_off", [ms / 1000])
+        add_best_ct2_ratios(decode[key])
+    targets = {target["target"].split(" (this CPU")[0]: target for target in decode_targets(decode, "avx2 fma")}
+    assert len(targets) == len(DECODE_TARGETS)
+    marian = targets["ours >= 1.5x Marian in every row"]
+    assert len(marian["rows"]) == 6 and marian["met"] == 1  # 5 rows and the bf16-weights one; only 1.6 reaches
+    assert [label for label, _ in targets["int8 >= 1.0x CTranslate2 int8 at batch 16"]["rows"]] == [
+        "tiny greedy/batch16 int8"
+    ]
+    assert targets["int8 >= 1.0x CTranslate2 int8 at batch 16"]["met"] == 0  # 0.99
+    assert targets["int8 >= 0.8x CTranslate2 int8 at batch 1"]["met"] == 1  # 0.85
+    fp32 = targets["fp32 >= 1.0x CTranslate2 float32 (its faster setting)"]
+    assert [round(value, 2) for _, value in fp32["rows"]] == [0.9, 1.1] and fp32["met"] == 1
+    bf16 = next(target for target in decode_targets(decode, "avx2") if target["target"].startswith("bf16 weights"))
+    assert bf16["target"].endswith("(this CPU has no AMX)") and bf16["met"] == 1  # 1.4 >= 1.3
+    with_amx = next(t for t in decode_targets(decode, "avx512f amx_bf16") if t["target"].startswith("bf16 autocast"))
+    assert with_amx["target"].endswith("(this CPU has AMX)") and with_amx["met"] == 0  # 1.1
