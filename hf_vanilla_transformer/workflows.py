@@ -247,7 +247,7 @@ def load_model(
 
 def decoding_attention(device: torch.device) -> str:
     """eager on the CPU, where PyTorch's fused attention is slow for a decoding step's single query in bf16 (the
-    1-hour Multi30k model's test set, the paper's decoding: 1.45x faster with bf16 weights; float32 the same
+    1-hour Multi30k model's test set, the paper's decoding: 1.43x faster with bf16 weights; float32 the same
     translations, within the run-to-run noise; docs/translation.md); sdpa (flash kernels) on a GPU."""
     return "eager" if device.type == "cpu" else "sdpa"
 
