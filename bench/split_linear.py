@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
             times, values, _ = interleaved(fns, args.reps, args.warmup)
             ratio = paired_ratio(times["plain"], times["split"])["median"]
             same = all(torch.equal(a, b) for a, b in zip(values["split"], values["plain"], strict=True))
-            split_ms, plain_ms = (sorted(times[name])[len(times[name]) // 2] * 1e3 for name in ("split", "plain"))
+            split_ms, plain_ms = (statistics.median(times[name]) * 1e3 for name in ("split", "plain"))
             print(f"| {config} | {suffix} | {split_ms:.1f} | {plain_ms:.1f} | {ratio:.2f}x | {same} |", flush=True)
 
 

@@ -198,7 +198,8 @@ def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypat
     seen = watch_decoding_precision(monkeypatch)
     code, out, _ = stdin_run(bpe_model, b"A dog runs.\nTwo men.\n", capsys, monkeypatch, *FAST, "--bf16-weights")
     assert code == 0 and seen == [({torch.bfloat16}, False)]
-    model = AutoModelForSeq2SeqLM.from_pretrained(bpe_model).to(torch.bfloat16).eval()
+    # Loaded as translate loads it on the CPU (workflows.decoding_attention: eager attention).
+    model = AutoModelForSeq2SeqLM.from_pretrained(bpe_model, attn_implementation="eager").to(torch.bfloat16).eval()
     tokenizer = AutoTokenizer.from_pretrained(bpe_model)
     batch = tokenizer(["A dog runs.", "Two men."], return_tensors="pt", padding=True)
     tokens = model.generate(**batch, num_beams=1, max_new_tokens=6)
