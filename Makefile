@@ -36,7 +36,7 @@ test: setup lint
 train: setup
 	$(VENV)/bin/hf-vanilla-transformer train --bf16 auto $(ARGS)
 
-# The longer runs (recipes multi30k-1h and multi30k-2h in hf_vanilla_transformer/recipes.py, with their evidence):
+# The longer runs (recipes multi30k-1h and multi30k-2h in hf_vanilla_transformer/training/recipes.py, with their evidence):
 # a wall-clock budget, bf16 autocast where the device is fast at it, checkpoints and learning-curve snapshots every
 # 10 minutes; the 2-hour run warms up over 800 updates (docs/runs/sweep.md, runs N and O). To plot a reference curve
 # beside the run's: ARGS="--compare-curve docs/runs/marian_learning_curves.json".

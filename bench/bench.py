@@ -37,8 +37,8 @@ from transformers import GenerationConfig, MarianMTModel
 
 from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.cpu_inference import keep_freed_memory
-from hf_vanilla_transformer.training import resolve_bf16
+from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory
+from hf_vanilla_transformer.training.trainer import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
 # model (Table 3).
@@ -592,14 +592,14 @@ INT8_MISSING = "n/a (quantize_int8 missing)"
 
 
 def int8_models(models: dict[str, nn.Module]) -> dict[str, nn.Module | str]:
-    """int8 linear layers on both sides: ours through `hf_vanilla_transformer.quantization.quantize_int8` (the
-    project's int8 path; INT8_MISSING where it is not there), Marian through PyTorch's dynamic quantization
+    """int8 linear layers on both sides: ours through `hf_vanilla_transformer.inference.quantization.quantize_int8`
+    (the project's int8 path; INT8_MISSING where it is not there), Marian through PyTorch's dynamic quantization
     (`torch.ao.quantization.quantize_dynamic`, int8 weights and per-batch int8 activations: what a MarianMTModel
     user has in PyTorch itself)."""
     import warnings
 
     try:
-        from hf_vanilla_transformer.quantization import quantize_int8
+        from hf_vanilla_transformer.inference.quantization import quantize_int8
     except ImportError:
         ours: nn.Module | str = INT8_MISSING
     else:

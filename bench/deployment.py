@@ -178,7 +178,7 @@ def run_worker(name: str, work: Path, args: argparse.Namespace) -> RuntimeResult
 def compare(name: str, result: RuntimeResult, reference: RuntimeResult, detokenize: Callable, refs: list[str]) -> dict:
     """A table row: identical fractions against `reference` (ours), greedy and beam-4 sacreBLEU, seconds (None where
     the runtime has no beam search)."""
-    from hf_vanilla_transformer.evaluation import score_translations
+    from hf_vanilla_transformer.inference.evaluation import score_translations
 
     row: dict[str, Any] = {"runtime": name, "decoding": result.detail}
     for kind, label in (("greedy", "greedy"), ("beam", "beam4")):
@@ -211,7 +211,7 @@ def print_table(rows: list[dict[str, Any]], sentences: int) -> None:
 
 
 def test_set(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    from hf_vanilla_transformer.data import load_multi30k
+    from hf_vanilla_transformer.training.data import load_multi30k
 
     test = load_multi30k(args.src_lang, args.tgt_lang, splits=("test",))["test"]
     count = len(test) if args.max_sentences is None else min(args.max_sentences, len(test))

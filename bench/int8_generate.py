@@ -17,7 +17,7 @@ import time
 import torch
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.quantization import quantize_int8
+from hf_vanilla_transformer.inference.quantization import quantize_int8
 
 CONFIGS = {"tiny": dict(N=3, d_model=256, d_ff=1024, h=4), "base": dict(N=6, d_model=512, d_ff=2048, h=8)}
 CASES = ((1, 16), (4, 1), (4, 16))  # (num_beams, batch)

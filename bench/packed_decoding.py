@@ -16,9 +16,9 @@ import time
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer.cpu_inference import plain_kernels
-from hf_vanilla_transformer.data import load_multi30k
-from hf_vanilla_transformer.evaluation import score_translations, translate
+from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
+from hf_vanilla_transformer.inference.evaluation import score_translations, translate
+from hf_vanilla_transformer.training.data import load_multi30k
 
 
 def main(argv: list[str] | None = None) -> None:

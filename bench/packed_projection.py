@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from bench.bench import interleaved, summary
-from hf_vanilla_transformer.cpu_inference import (
+from hf_vanilla_transformer.inference.cpu_inference import (
     PACKED_LINEAR_MIN_MACS,
     inference_linear_dtype,
     packed_linear,

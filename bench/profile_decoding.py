@@ -26,7 +26,7 @@ import torch
 from transformers.generation import GenerationMixin
 
 from bench.bench import CONFIGS, NEW_TOKENS, build_models, generation_cases
-from hf_vanilla_transformer.generation_vanilla_transformer import PaperGenerationMixin
+from hf_vanilla_transformer.model.generation_vanilla_transformer import PaperGenerationMixin
 
 # The decoding-loop speed-ups, by method name: switched off by putting transformers' own methods in their place.
 LOOP_METHODS = ("prepare_inputs_for_generation", "_get_logits_processor")

@@ -42,7 +42,7 @@ MULTI30K = 29_000
 
 def make_corpus(size: int, folder: Path) -> tuple[Path, Path]:
     """Multi30k train EN/DE repeated to `size` pairs, copies after the first with word-shuffled sentences."""
-    from hf_vanilla_transformer.data import MULTI30K_DIR, read_lines
+    from hf_vanilla_transformer.training.data import MULTI30K_DIR, read_lines
 
     source_path, target_path = folder / f"corpus-{size}.en", folder / f"corpus-{size}.de"
     if source_path.is_file() and target_path.is_file():
@@ -64,8 +64,8 @@ def make_corpus(size: int, folder: Path) -> tuple[Path, Path]:
 
 def preprocess(source_path: Path, target_path: Path) -> dict:
     """Worker: time the three preprocessing stages as `train` runs them (this process's datasets cache)."""
-    from hf_vanilla_transformer.data import load_parallel_files, prepare_pairs, tokenizer_sample
-    from hf_vanilla_transformer.tokenization import train_bpe_tokenizer
+    from hf_vanilla_transformer.training.data import load_parallel_files, prepare_pairs, tokenizer_sample
+    from hf_vanilla_transformer.training.tokenization import train_bpe_tokenizer
     from hf_vanilla_transformer.workflows import TrainOptions
 
     options = TrainOptions()

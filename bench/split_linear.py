@@ -25,7 +25,7 @@ from bench.bench import (
     interleaved,
     paired_ratio,
 )
-from hf_vanilla_transformer import cpu_inference
+from hf_vanilla_transformer.inference import cpu_inference
 
 
 def generate_with(model: torch.nn.Module, max_rows: int, ids: torch.Tensor, mask: torch.Tensor, beams: int):

@@ -24,8 +24,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.files import TARGET_TOKENIZER, replaced_folder
+from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
 from model_card import render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:

@@ -14,7 +14,8 @@ conventions: <pad> is the last token id (it drops the last vocabulary row) and t
 (`start_from_zero_embedding`) instead of the start token's embedding. The exporter therefore moves <pad> to the last
 id, remapping the weights and the tokenizer (`--keep-token-ids` opts out), and refuses a non-zero start embedding
 (`--allow-nonzero-start-embedding` opts out: Marian in transformers stays exact, CTranslate2 does not). Models
-trained here keep that row at zero (hf_vanilla_transformer/start_embedding.py), so they export without the flag.
+trained here keep that row at zero (hf_vanilla_transformer/training/start_embedding.py), so they export without the
+flag.
 
 Both directions run `MarianMTModel` and our model on the same inputs and refuse a logit difference above `--atol`
 (computed in float64; the float32 difference is printed too). Weights are written in float32.
@@ -33,9 +34,9 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.cpu_inference import plain_kernels
-from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
-from hf_vanilla_transformer.start_embedding import start_embedding_max
+from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer.training.start_embedding import start_embedding_max
 from model_card import source_card_metadata
 
 from ._common import (

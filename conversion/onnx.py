@@ -45,9 +45,9 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.cpu_inference import plain_kernels
 from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES, replaced_folder
-from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerSinusoidalPositionalEmbedding
+from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import VanillaTransformerSinusoidalPositionalEmbedding
 
 from ._common import ATOL_FP32, sample_inputs, verify_logits
 

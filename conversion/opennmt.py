@@ -32,7 +32,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 
 from ._common import (
     TARGET_TOKENIZER,

@@ -7,13 +7,13 @@ installed), and brings back `pipeline("translation")` (and `translation_xx_to_yy
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .modeling_vanilla_transformer import (
+from .model.configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
-from .pipeline_vanilla_translation import VanillaTranslationPipeline
+from .model.pipeline_vanilla_translation import VanillaTranslationPipeline
 from .registration import register_translation_pipeline
 
 __version__ = "0.1.0"

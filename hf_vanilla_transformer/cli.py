@@ -20,14 +20,14 @@ import sys
 from typing import Any
 
 from .files import no_space_message
-from .recipes import DEFAULT_RECIPE, RECIPES, Recipe
+from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 from .workflows import DEFAULT_OUTPUT_DIR, RESULTS_FILE
 
 PROG = "hf-vanilla-transformer"
 
 
 def _duration(text: str) -> float:
-    from .training import parse_duration
+    from .training.trainer import parse_duration
 
     try:
         return parse_duration(text)
@@ -135,9 +135,9 @@ def _budget(recipe: Recipe) -> str:
 
 def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     """The `train` options; the defaults of those a recipe sets are `recipe`'s (the one `--recipe` names)."""
-    from .configuration_vanilla_transformer import PRESETS
-    from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
-    from .training import LR_SCHEDULES
+    from .model.configuration_vanilla_transformer import PRESETS
+    from .training.data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
+    from .training.trainer import LR_SCHEDULES
 
     parser = subparsers.add_parser(
         "train",
@@ -158,7 +158,7 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         "--recipe",
         default=recipe.name,
         choices=sorted(RECIPES),
-        help="the settings to start from (hf_vanilla_transformer/recipes.py): "
+        help="the settings to start from (hf_vanilla_transformer/training/recipes.py): "
         + "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values()).replace("%", "%%"),
     )
     parser.add_argument(
@@ -408,7 +408,7 @@ def _trainer_parser() -> argparse.ArgumentParser:
     errors are one-line WorkflowErrors instead of a usage message and exit."""
     from transformers import HfArgumentParser
 
-    from .training import VanillaSeq2SeqTrainingArguments
+    from .training.trainer import VanillaSeq2SeqTrainingArguments
     from .workflows import WorkflowError
 
     parser = HfArgumentParser(VanillaSeq2SeqTrainingArguments)
@@ -552,7 +552,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` subcommand."""
-    from .cpu_inference import keep_freed_memory
+    from .inference.cpu_inference import keep_freed_memory
     from .workflows import EvaluateOptions, evaluate
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
@@ -635,8 +635,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as transformers_logging
 
-    from .cpu_inference import keep_freed_memory
-    from .data import LineStream, read_lines
+    from .inference.cpu_inference import keep_freed_memory
+    from .training.data import LineStream, read_lines
     from .workflows import (
         TranslateOptions,
         WorkflowError,

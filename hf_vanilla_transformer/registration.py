@@ -16,8 +16,8 @@ from typing import Any
 from transformers import AutoModelForSeq2SeqLM
 from transformers import pipelines as hf_pipelines
 
-from .configuration_vanilla_transformer import NATIVE_PIPELINE, VanillaTransformerConfig
-from .pipeline_vanilla_translation import VanillaTranslationPipeline
+from .model.configuration_vanilla_transformer import NATIVE_PIPELINE, VanillaTransformerConfig
+from .model.pipeline_vanilla_translation import VanillaTranslationPipeline
 
 # transformers' advice for the removed task, kept for the error raised for other models.
 REMOVED_TRANSLATION_HINT = hf_pipelines.REMOVED_TASKS.get(

@@ -27,17 +27,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
-from .recipes import DEFAULT_RECIPE, Recipe
+from .training.data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
+from .training.recipes import DEFAULT_RECIPE, Recipe
 
 if TYPE_CHECKING:  # torch and transformers load with the workflow that needs them
     import torch
     from datasets import Dataset
     from transformers import PreTrainedTokenizerBase
 
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
-    from .evaluation import Hypothesis
-    from .training import VanillaSeq2SeqTrainingArguments
+    from .inference.evaluation import Hypothesis
+    from .model.configuration_vanilla_transformer import VanillaTransformerConfig
+    from .training.trainer import VanillaSeq2SeqTrainingArguments
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
 CHECKPOINTS = "checkpoints"
@@ -141,7 +141,7 @@ def model_folder(
     a JSON object; the model is this package's (whose code is installed), with its tokenizer.json when `tokenizer`;
     or, only with `trust_remote_code`, one whose config's auto_map names code in the folder, which would run.
     `trust_remote_code` None: the command takes only this package's folders (average, curve), so no flag helps."""
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from .model.configuration_vanilla_transformer import VanillaTransformerConfig
 
     folder = Path(path)
     config_file = folder / "config.json"
@@ -229,7 +229,7 @@ def load_model(
         raise WorkflowError("`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu (or auto).")
     check_precisions(False, int8, bf16_weights)
     if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
-        from .quantization import int8_engine, quantize_int8
+        from .inference.quantization import int8_engine, quantize_int8
 
         if device == "cuda":
             raise WorkflowError("`--int8` runs on the CPU (int8 CPU kernels); drop --int8 or pass --device cpu.")
@@ -434,7 +434,7 @@ class TrainingData:
 
 def _load_training_data(options: TrainOptions) -> TrainingData:
     """The run's data from the options, checked before any work."""
-    from .data import check_language_pair, load_dataset_pairs, load_multi30k, load_parallel_files
+    from .training.data import check_language_pair, load_dataset_pairs, load_multi30k, load_parallel_files
 
     for kind in ("train", "valid", "test"):
         if (getattr(options, f"{kind}_src") is None) != (getattr(options, f"{kind}_tgt") is None):
@@ -518,7 +518,7 @@ def _check_training_pairs(train_pairs: Dataset, data_name: str, options: TrainOp
 def _check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
     """(checkpoint folder, checkpoint to resume from) after checking what `--output-dir` holds. Reads only: the
     folder is created, and old checkpoints removed, once every option has been checked (`_clear_for_run`)."""
-    from .averaging import last_checkpoints
+    from .training.averaging import last_checkpoints
 
     output_dir = Path(options.output_dir)
     # The folder and the one around it: the run's lock and the model folder's next version are written beside it.
@@ -556,8 +556,8 @@ def _clear_for_run(output_dir: Path, checkpoint_dir: Path, resume_from: Path | N
     """What a run removes before it starts (the main process, holding the lock): with --resume the checkpoints
     after `resume_from`, whose save was interrupted; else an earlier run's checkpoints (--overwrite) and
     learning-curve snapshots, which would join this run's curve."""
-    from .averaging import checkpoint_step
-    from .learning_curve import CURVE_DIR
+    from .training.averaging import checkpoint_step
+    from .training.learning_curve import CURVE_DIR
 
     if resume_from is None:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -580,7 +580,7 @@ def _run_settings(options: TrainOptions, train_pairs: Dataset, tokenizer: str, d
     """The settings that define a run (`run_folder.SETTINGS_FILE`), by command-line option: `--resume` must find
     them unchanged. The budget (--max-time, --max-steps, --epochs), checkpointing, evaluation and attention
     kernels are not among them: a resume may extend or cut the budget."""
-    from .run_folder import data_fingerprint
+    from .training.run_folder import data_fingerprint
 
     return {
         "--src-lang": options.src_lang,
@@ -607,8 +607,8 @@ def _check_eval_options(options: TrainOptions) -> list[str]:
     """Check the options of validation during training and averaging up front; the integrations for `report_to`."""
     from transformers.integrations import is_tensorboard_available, is_wandb_available
 
-    from .averaging import AVERAGE_MODES, AverageSpan
-    from .training import parse_eval_every
+    from .training.averaging import AVERAGE_MODES, AverageSpan
+    from .training.trainer import parse_eval_every
 
     if options.average not in AVERAGE_MODES:
         raise WorkflowError(f"`--average {options.average}` is not one of {', '.join(AVERAGE_MODES)}. Pick one.")
@@ -653,7 +653,7 @@ def _dev_dataset(pairs: Dataset, tokenizer: PreTrainedTokenizerBase, options: Tr
     """The first `eval_max_sentences` dev pairs, tokenized (pairs over --max-length dropped: the model has no
     positions for them), longest first so that generation batches carry little padding and a batch too large for
     memory fails at the first evaluation."""
-    from .data import pair_lengths, tokenize_pairs
+    from .training.data import pair_lengths, tokenize_pairs
 
     pairs = pairs.select(range(min(options.eval_max_sentences, len(pairs))))
     dataset = tokenize_pairs(pairs, tokenizer, max_length=options.max_length)
@@ -705,7 +705,7 @@ def _init_folder(options: TrainOptions) -> Path:
 
 def _init_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
     """The tokenizer of an `--init-from` folder, checked against the model's vocabulary."""
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from .model.configuration_vanilla_transformer import VanillaTransformerConfig
 
     try:
         tokenizer = load_tokenizer(folder)
@@ -734,7 +734,7 @@ def _weights_fingerprint(folder: Path) -> str:
 
 def trainer_argument_names() -> list[str]:
     """The fields of `VanillaSeq2SeqTrainingArguments` (Seq2SeqTrainingArguments' and ours) that can be set."""
-    from .training import VanillaSeq2SeqTrainingArguments
+    from .training.trainer import VanillaSeq2SeqTrainingArguments
 
     return [item.name for item in fields(VanillaSeq2SeqTrainingArguments) if item.init]
 
@@ -789,7 +789,7 @@ def _evaluate_folder(
 ) -> tuple[dict, Any, Any]:
     """Load the saved folder the way users will and score it with its own (§6.1) decoding; the scores, and the model
     and tokenizer loaded."""
-    from .evaluation import evaluate_translations
+    from .inference.evaluation import evaluate_translations
 
     model = load_model(model_dir)
     tokenizer = load_tokenizer(model_dir)
@@ -892,9 +892,9 @@ def train(options: TrainOptions) -> TrainResult | None:
     import torch
 
     from . import VanillaTransformerConfig
-    from .data import prepare_pairs, tokenizer_sample
-    from .learning_curve import load_comparison_curves
-    from .run_folder import (
+    from .training.data import prepare_pairs, tokenizer_sample
+    from .training.learning_curve import load_comparison_curves
+    from .training.run_folder import (
         SETTINGS_FILE,
         check_same_run,
         exclusive_run,
@@ -902,8 +902,8 @@ def train(options: TrainOptions) -> TrainResult | None:
         tokenizer_fingerprint,
         write_settings,
     )
-    from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
-    from .training import EVAL_AT_SAVES, VanillaSeq2SeqTrainingArguments, resolve_bf16
+    from .training.tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
+    from .training.trainer import EVAL_AT_SAVES, VanillaSeq2SeqTrainingArguments, resolve_bf16
 
     started = time.perf_counter()
     # Each option is checked before any work (and before the run folder changes), in the command line's terms.
@@ -1134,17 +1134,22 @@ def _train_checked(
     from transformers import TrainerState
 
     from . import VanillaTransformerForConditionalGeneration
-    from .averaging import (
+    from .model.generation_vanilla_transformer import paper_generation_config
+    from .training.averaging import (
         AverageSpan,
         checkpoint_infos,
         select_checkpoints,
         selectable_checkpoints,
         write_averaged_model,
     )
-    from .generation_vanilla_transformer import paper_generation_config
-    from .learning_curve import CURVE_DIR, CURVE_PNG, write_dev_curve
-    from .mapped_pages import ReleaseCorpusPagesCallback
-    from .training import CheckpointRetentionCallback, LearningCurveCallback, VanillaSeq2SeqTrainer, parse_eval_every
+    from .training.learning_curve import CURVE_DIR, CURVE_PNG, write_dev_curve
+    from .training.mapped_pages import ReleaseCorpusPagesCallback
+    from .training.trainer import (
+        CheckpointRetentionCallback,
+        LearningCurveCallback,
+        VanillaSeq2SeqTrainer,
+        parse_eval_every,
+    )
 
     output_dir = Path(options.output_dir)
     checkpoint_dir = output_dir / CHECKPOINTS
@@ -1266,7 +1271,7 @@ def _train_checked(
         summary["test"], model, tokenizer = _evaluate_folder(model_dir, sources, references, options)
         _print_examples(test_pairs, summary["test"]["hypotheses"], options.examples)
         # For the model card's limitations: a sentence outside the training domain, translated by the model.
-        from .evaluation import out_of_domain_translation
+        from .inference.evaluation import out_of_domain_translation
 
         summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
         if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
@@ -1331,8 +1336,8 @@ class EvaluateOptions:
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     """Translate the test set with the model's own decoding (§6.1 unless `num_beams`) and score it; returns
     `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the hypotheses)."""
-    from .data import load_multi30k, read_lines
-    from .evaluation import evaluate_translations, write_results_json
+    from .inference.evaluation import evaluate_translations, write_results_json
+    from .training.data import load_multi30k, read_lines
 
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
     if (options.src is None) != (options.ref is None):
@@ -1432,7 +1437,7 @@ def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = No
     import torch
     from transformers import GenerationConfig
 
-    from .evaluation import translate_n_best
+    from .inference.evaluation import translate_n_best
 
     _check_translate_options(options)
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
@@ -1530,7 +1535,7 @@ class AverageResult:
 
 def average(options: AverageOptions) -> AverageResult:
     """Average the checkpoints' weights (float32 accumulation) into a Hub-ready model folder."""
-    from .averaging import last_checkpoints, write_averaged_model
+    from .training.averaging import last_checkpoints, write_averaged_model
 
     if options.last is not None:
         if len(options.checkpoints) != 1:
@@ -1688,8 +1693,8 @@ def learning_curve(options: CurveOptions) -> CurveResult:
     """Validation BLEU (greedy) of the run's snapshots into RUN/learning_curve.json, and learning_curve.png into the
     model folder RUN/model (the card shows it). A run folder of the layout before RUN/model (the model at RUN's
     top level) gets both at its top level."""
-    from .data import load_multi30k
-    from .learning_curve import CURVE_JSON, CURVE_PNG, write_learning_curve
+    from .training.data import load_multi30k
+    from .training.learning_curve import CURVE_JSON, CURVE_PNG, write_learning_curve
 
     run_dir = Path(options.run_dir)
     model_dir = run_dir / MODEL_DIR if (run_dir / MODEL_DIR).is_dir() else run_dir
@@ -1734,7 +1739,7 @@ def plot_attention_maps(options: AttentionOptions) -> list[Path]:
     """Encoder self-, decoder self- and encoder-decoder attention grids as PNGs; returns their paths."""
     from transformers import AutoModelForSeq2SeqLM
 
-    from .attention_maps import plot_attention
+    from .inference.attention_maps import plot_attention
 
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
     model = AutoModelForSeq2SeqLM.from_pretrained(

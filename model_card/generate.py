@@ -3,8 +3,8 @@ of a converted checkpoint (`render_converted_card`, used by `python -m conversio
 
 Every number in the card comes from an input: the architecture table and parameter count from config.json (or the
 config passed), the decoding table from generation_config.json, the scores from the results dict / JSON written by
-`hf_vanilla_transformer.evaluation.write_results_json`; attention maps are the folder's `attention/*.png` (as written
-by `hf-vanilla-transformer attention MODEL_DIR "..." --out MODEL_DIR/attention`). Nothing is typed by hand.
+`hf_vanilla_transformer.inference.evaluation.write_results_json`; attention maps are the folder's `attention/*.png`
+(as written by `hf-vanilla-transformer attention MODEL_DIR "..." --out MODEL_DIR/attention`). Nothing is typed by hand.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from huggingface_hub import (
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.attention_maps import PLOTS
 from hf_vanilla_transformer.files import MODEL_FILES, TARGET_TOKENIZER, TOKENIZER_FILES
+from hf_vanilla_transformer.inference.attention_maps import PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")

@@ -115,9 +115,9 @@ def bpe_model(tmp_path_factory):
     """A tiny untrained model with a byte-level BPE (which keeps "\r" as a token, as the real tokenizer does)."""
     import gzip
 
-    from hf_vanilla_transformer.data import MULTI30K_DIR
-    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-    from hf_vanilla_transformer.tokenization import special_token_ids, train_bpe_tokenizer
+    from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
+    from hf_vanilla_transformer.training.data import MULTI30K_DIR
+    from hf_vanilla_transformer.training.tokenization import special_token_ids, train_bpe_tokenizer
 
     with gzip.open(MULTI30K_DIR / "train.en.gz", "rt", encoding="utf-8") as handle:
         lines = [next(handle).strip() for _ in range(200)]

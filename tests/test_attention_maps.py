@@ -6,8 +6,8 @@ import pytest
 import torch
 from matplotlib.image import imread
 
-from hf_vanilla_transformer.attention_maps import attention_maps, plot_attention
 from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.inference.attention_maps import attention_maps, plot_attention
 
 from .conftest import tiny_model, tiny_tokenizer
 

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM
 
-from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints, write_averaged_model
+from hf_vanilla_transformer.training.averaging import average_checkpoints, last_checkpoints, write_averaged_model
 
 from .conftest import tiny_model
 

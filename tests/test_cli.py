@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard
 from transformers import pipeline
 
 from hf_vanilla_transformer.cli import build_parser, main
-from hf_vanilla_transformer.data import MULTI30K_DIR
+from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import hub_files
 
 
@@ -228,7 +228,7 @@ class _StopTrainingError(Exception):
 
 @pytest.mark.parametrize(("option", "expected"), [([], "eager"), (["--attn-implementation", "sdpa"], "sdpa")])
 def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, corpus, tmp_path, monkeypatch) -> None:
-    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainer
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer
 
     seen = []
 
@@ -344,7 +344,7 @@ def test_attention_on_a_missing_folder_is_one_line(tmp_path, capsys) -> None:
 
 
 def test_evaluate_output_folder_is_refused_before_decoding(bpe_model, tmp_path, capsys, monkeypatch) -> None:
-    import hf_vanilla_transformer.evaluation as evaluation
+    import hf_vanilla_transformer.inference.evaluation as evaluation
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before checking --output")
@@ -390,7 +390,7 @@ def test_training_data_that_cannot_be_read_is_named(tmp_path, capsys, content, m
 
 
 def test_truncated_gzip_data_is_named(tmp_path) -> None:
-    from hf_vanilla_transformer.data import read_lines
+    from hf_vanilla_transformer.training.data import read_lines
 
     whole = gzip.compress(("A dog on the grass.\n" * 200).encode())
     (tmp_path / "data.gz").write_bytes(whole[: len(whole) // 2])

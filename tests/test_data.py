@@ -5,8 +5,8 @@ import gzip
 import pytest
 from datasets import Dataset
 
-from hf_vanilla_transformer import data
-from hf_vanilla_transformer.data import (
+from hf_vanilla_transformer.training import data
+from hf_vanilla_transformer.training.data import (
     DEFAULT_MAX_LENGTH,
     DEFAULT_TOKENIZER_SAMPLE,
     MULTI30K_DIR,
@@ -213,7 +213,7 @@ def test_tokenized_cache_is_reused_by_a_second_call(tmp_path, monkeypatch, caplo
         raise AssertionError("tokenized again despite the cache")
 
     monkeypatch.setattr(data, "_encode", no_tokenizing)
-    caplog.set_level("INFO", logger="hf_vanilla_transformer.data")
+    caplog.set_level("INFO", logger="hf_vanilla_transformer.training.data")
     again = prepare_pairs(
         load_parallel_files(tmp_path / "a.en", tmp_path / "a.de", cache_dir=tmp_path), tiny_tokenizer()
     )

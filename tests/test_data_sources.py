@@ -11,7 +11,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 from hf_vanilla_transformer.cli import main
-from hf_vanilla_transformer.data import MULTI30K_DIR
+from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from hf_vanilla_transformer.workflows import TrainOptions, _load_training_data
 
 PAIRS = 60  # enough for a BPE of 400 tokens and two updates; a few seconds a run
@@ -62,7 +62,7 @@ class _TrainingStartedError(Exception):
 @pytest.fixture
 def stop_at_training(monkeypatch):
     """Stop `train` where the Trainer starts: data read, tokenized, model built (the full run is the jsonl test's)."""
-    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainer
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer
 
     def train(self, **kwargs) -> None:
         raise _TrainingStartedError(len(self.train_dataset))

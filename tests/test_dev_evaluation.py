@@ -11,16 +11,16 @@ import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import cpu_inference
-from hf_vanilla_transformer.averaging import (
+from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.inference import cpu_inference
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.averaging import (
     AverageSpan,
     CheckpointInfo,
     select_checkpoints,
     selectable_checkpoints,
 )
-from hf_vanilla_transformer.cli import main
-from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
-from hf_vanilla_transformer.training import EvalSchedule, parse_eval_every
+from hf_vanilla_transformer.training.trainer import EvalSchedule, parse_eval_every
 
 from .train_script import MAX_TOKENS, TEST_PRESET, write_corpus
 

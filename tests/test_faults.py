@@ -215,7 +215,7 @@ def cli(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
     """`hf-vanilla-transformer ARGV` in this process, the test preset registered: exit status, stdout, and stderr
     less the progress bars of `datasets` (lines ending in "examples/s]")."""
     from hf_vanilla_transformer.cli import main
-    from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+    from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 
     monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
     try:
@@ -380,7 +380,7 @@ def test_only_real_missing_keys_are_reported_on_resume(tmp_path, monkeypatch) ->
     import transformers.trainer
     from safetensors.torch import save_file
 
-    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
 
     from .conftest import tiny_model
 
@@ -597,7 +597,7 @@ def test_averaging_writes_our_auto_map_never_a_foreign_one(tmp_path) -> None:
     """A checkpoint whose config.json points auto_map / custom_pipelines at other code (issue 26, item 8: a
     foreign AutoTokenizer entry survived `average`): the averaged folder names this package's code only. A
     checkpoint of another model type is refused."""
-    from hf_vanilla_transformer.averaging import write_averaged_model
+    from hf_vanilla_transformer.training.averaging import write_averaged_model
 
     from .conftest import tiny_model
 
@@ -652,7 +652,7 @@ def last_line(error: str) -> str:
 
 def test_disk_full_during_a_training_save_is_one_line(tmp_path, capsys, monkeypatch) -> None:
     """Before: `RuntimeError: [enforce fail at inline_container.cc:672]`, a traceback saying nothing about space."""
-    from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+    from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 
     from .train_script import TEST_PRESET
 
@@ -676,7 +676,7 @@ def test_disk_full_while_averaging_or_converting_is_one_line(raised, tmp_path, c
     import transformers
     from safetensors import SafetensorError
 
-    import hf_vanilla_transformer.averaging as averaging
+    import hf_vanilla_transformer.training.averaging as averaging
 
     from .conftest import tiny_model
 

@@ -12,8 +12,8 @@ import pytest
 
 from conversion import marian
 from hf_vanilla_transformer import cli, workflows
-from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
-from hf_vanilla_transformer.recipes import FINETUNE
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.recipes import FINETUNE
 from hf_vanilla_transformer.workflows import TrainOptions, WorkflowError
 
 from .conftest import tiny_tokenizer

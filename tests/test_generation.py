@@ -15,7 +15,7 @@ from transformers import GenerationConfig, pipeline
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.generation_vanilla_transformer import (
+from hf_vanilla_transformer.model.generation_vanilla_transformer import (
     PaperGenerationMixin,
     SourceLengthLogitsProcessor,
     gnmt_exponent,

@@ -15,7 +15,7 @@ from transformers import GenerationConfig
 from transformers.generation import GenerationMixin, LogitsProcessor, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from hf_vanilla_transformer.generation_vanilla_transformer import (
+from hf_vanilla_transformer.model.generation_vanilla_transformer import (
     PaperGenerationMixin,
     SignatureMemoLogitsProcessorList,
     paper_generation_config,

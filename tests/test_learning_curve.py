@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from hf_vanilla_transformer.learning_curve import learning_curve_figure, load_comparison_curves, plot_learning_curve
+from hf_vanilla_transformer.training.learning_curve import (
+    learning_curve_figure,
+    load_comparison_curves,
+    plot_learning_curve,
+)
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "runs" / "marian_learning_curves.json"
 POINTS = [{"step": 10, "minutes": 5.0, "bleu": 12.5}, {"step": 20, "minutes": 10.0, "bleu": 20.0}]

@@ -6,7 +6,7 @@ import sys
 import pytest
 from datasets import Dataset
 
-from hf_vanilla_transformer.mapped_pages import ReleaseCorpusPagesCallback, corpus_files, release_mapped_pages
+from hf_vanilla_transformer.training.mapped_pages import ReleaseCorpusPagesCallback, corpus_files, release_mapped_pages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="resident pages are counted from /proc (Linux)")
 

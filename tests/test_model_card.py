@@ -12,9 +12,9 @@ from huggingface_hub.repocard import metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.attention_maps import plot_attention
-from hf_vanilla_transformer.evaluation import evaluate_translations, write_results_json
-from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.inference.attention_maps import plot_attention
+from hf_vanilla_transformer.inference.evaluation import evaluate_translations, write_results_json
+from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 from model_card import render_converted_card, source_card_metadata, write_model_card
 from model_card.generate import DOMAIN_EXAMPLES, MULTI30K, PROJECT_CITATION, count_parameters
 

@@ -11,10 +11,11 @@ from safetensors import safe_open
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel, cpu_inference
-from hf_vanilla_transformer.cpu_inference import _PACKED_WEIGHTS
-from hf_vanilla_transformer.label_smoothed_loss import linear_label_smoothed_cross_entropy
-from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from hf_vanilla_transformer.inference import cpu_inference
+from hf_vanilla_transformer.inference.cpu_inference import _PACKED_WEIGHTS
+from hf_vanilla_transformer.model.label_smoothed_loss import linear_label_smoothed_cross_entropy
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 
 from .conftest import CODE_FILES, VOCAB, random_batch, tiny_model
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_vanilla_transformer.modeling_vanilla_transformer import (
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
     eager_attention_forward,
     shift_tokens_right,
     sinusoid_table,

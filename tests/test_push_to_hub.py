@@ -19,8 +19,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import workflows
 from hf_vanilla_transformer.cli import main
-from hf_vanilla_transformer.data import MULTI30K_DIR
-from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import push_folder_to_hub, write_model_card
 
 from .conftest import CODE_FILES, WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
@@ -139,7 +139,7 @@ def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, c
     tokens = remote.generate(
         **remote_tokenizer(sentences, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=8
     )
-    assert type(remote).__module__ == "hf_vanilla_transformer.modeling_vanilla_transformer"
+    assert type(remote).__module__ == "hf_vanilla_transformer.model.modeling_vanilla_transformer"
     assert tokens.tolist() == expected
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_", "TRANSFORMERS_"))}

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from torch.profiler import profile
 
-from hf_vanilla_transformer import quantization
-from hf_vanilla_transformer.quantization import quantize_int8
+from hf_vanilla_transformer.inference import quantization
+from hf_vanilla_transformer.inference.quantization import quantize_int8
 
 from .conftest import random_batch, tiny_model, tiny_tokenizer
 from .test_cli import run

@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from hf_vanilla_transformer.cli import main
-from hf_vanilla_transformer.data import MULTI30K_DIR
+from hf_vanilla_transformer.training.data import MULTI30K_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

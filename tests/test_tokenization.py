@@ -5,8 +5,8 @@ import unicodedata
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from hf_vanilla_transformer.data import load_multi30k
-from hf_vanilla_transformer.tokenization import SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
+from hf_vanilla_transformer.training.data import load_multi30k
+from hf_vanilla_transformer.training.tokenization import SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
 
 
 @pytest.fixture(scope="module")

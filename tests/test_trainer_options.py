@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hf_vanilla_transformer import cli
-from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 from hf_vanilla_transformer.workflows import RUN_CONFIG_FILE, TRAINER_ARGUMENTS_FILE
 
 from .test_workflows import cli_train_options

@@ -13,8 +13,8 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.data import tokenize_pairs
-from hf_vanilla_transformer.training import (
+from hf_vanilla_transformer.training.data import tokenize_pairs
+from hf_vanilla_transformer.training.trainer import (
     TokenBudgetBatchSampler,
     VanillaSeq2SeqTrainer,
     VanillaSeq2SeqTrainingArguments,
@@ -161,8 +161,8 @@ def test_bf16_speedup_is_measured_on_this_cpu() -> None:
     ],
 )
 def test_bf16_auto_takes_bf16_where_the_hardware_has_bf16_units(monkeypatch, choice, units, speedup, bf16, says):
-    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_matrix_units", lambda device: units)
-    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_gemm_speedup", lambda device: speedup)
+    monkeypatch.setattr("hf_vanilla_transformer.training.trainer.bf16_matrix_units", lambda device: units)
+    monkeypatch.setattr("hf_vanilla_transformer.training.trainer.bf16_gemm_speedup", lambda device: speedup)
     taken, line = resolve_bf16(choice, torch.device("cpu"))
     assert taken is bf16 and says in line
 
@@ -199,7 +199,7 @@ def test_bf16_no_does_not_measure_and_bad_choices_are_refused(monkeypatch) -> No
     def fail(device):
         raise AssertionError("measured")
 
-    monkeypatch.setattr("hf_vanilla_transformer.training.bf16_gemm_speedup", fail)
+    monkeypatch.setattr("hf_vanilla_transformer.training.trainer.bf16_gemm_speedup", fail)
     assert resolve_bf16("no", torch.device("cpu")) == (False, "fp32 (--bf16 no)")
     with pytest.raises(ValueError, match="`bf16` is 'maybe'; pass 'auto', 'yes' or 'no'"):
         resolve_bf16("maybe", torch.device("cpu"))
@@ -342,7 +342,7 @@ def test_trainer_loss_is_the_label_smoother_loss_fused_in_training(tmp_path, mon
     """The model computes §5.4 itself (fused when training): the loss and gradients of the Trainer's LabelSmoother."""
     from transformers.trainer_pt_utils import LabelSmoother
 
-    from hf_vanilla_transformer import modeling_vanilla_transformer
+    from hf_vanilla_transformer.model import modeling_vanilla_transformer
 
     fused_calls = []
     fused = modeling_vanilla_transformer.linear_label_smoothed_cross_entropy
@@ -418,7 +418,7 @@ def test_checkpoints_by_time(tmp_path, monkeypatch) -> None:
 
     from transformers import TrainerCallback
 
-    import hf_vanilla_transformer.training as training
+    import hf_vanilla_transformer.training.trainer as training
 
     now = [0.0]
     monkeypatch.setattr(

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vanilla_transformer import evaluation, workflows
-from hf_vanilla_transformer.evaluation import Hypothesis
+from hf_vanilla_transformer import workflows
+from hf_vanilla_transformer.inference import evaluation
+from hf_vanilla_transformer.inference.evaluation import Hypothesis
 from hf_vanilla_transformer.workflows import TranslateOptions, translate_stream, translation_line
 
 from .test_cli import one_line_error, run
@@ -119,7 +120,7 @@ def test_n_best_lines_are_pairs_of_translation_and_score(bpe_model, capsys, monk
 def test_scores_are_log_probability_over_the_length_penalty(num_beams) -> None:
     """A hypothesis's score is the sum of its tokens' log-probabilities under the model (teacher-forced) divided by
     GNMT's ((5 + |Y|) / 6)^α: beam search's own score, and the same formula for greedy decoding."""
-    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+    from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 
     from .conftest import tiny_model
 
@@ -248,7 +249,7 @@ def test_bytes_that_are_not_utf8_stop_the_stream_at_their_line(bpe_model, capsys
 def test_chunks_answer_what_has_come_and_batch_a_burst() -> None:
     """On a pipe, a chunk is what has arrived (up to --batch-size): a burst of 5 lines is one chunk of 3 and one of
     2, a line written alone later is a chunk alone (not held back for more); the end comes after the last line."""
-    from hf_vanilla_transformer.data import LineStream
+    from hf_vanilla_transformer.training.data import LineStream
 
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, "rb", buffering=0) as reader:
@@ -270,7 +271,7 @@ GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") i
 PAGE_FAULTS = """
 import resource, sys, torch
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.cpu_inference import keep_freed_memory
+from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 torch.manual_seed(0)
@@ -306,7 +307,7 @@ def test_keep_freed_memory_stops_the_page_faults_of_each_decoding_step() -> None
 
 def test_translate_and_evaluate_keep_freed_memory(bpe_model, capsys, monkeypatch, tmp_path) -> None:
     """The decoding commands set the allocator up for decoding before they load the model."""
-    from hf_vanilla_transformer import cpu_inference
+    from hf_vanilla_transformer.inference import cpu_inference
 
     calls = []
     monkeypatch.setattr(cpu_inference, "keep_freed_memory", lambda: calls.append(True) or True)

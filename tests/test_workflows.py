@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from hf_vanilla_transformer import cli, workflows
-from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
-from hf_vanilla_transformer.recipes import DEFAULT_RECIPE, MULTI30K, MULTI30K_1H, MULTI30K_2H, PAPER_BASE, RECIPES
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.recipes import (
+    DEFAULT_RECIPE,
+    MULTI30K,
+    MULTI30K_1H,
+    MULTI30K_2H,
+    PAPER_BASE,
+    RECIPES,
+)
 from hf_vanilla_transformer.workflows import (
     AverageOptions,
     EvaluateOptions,

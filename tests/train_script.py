@@ -99,7 +99,7 @@ def _trace_writes(folder: Path) -> None:
     import safetensors.torch
     import transformers.modeling_utils
 
-    import hf_vanilla_transformer.averaging
+    import hf_vanilla_transformer.training.averaging
 
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / f"writes-rank{os.environ.get('RANK', '0')}.txt"
@@ -131,14 +131,16 @@ def _trace_writes(folder: Path) -> None:
     builtins.open = io.open = traced_open  # pathlib's write_text opens with io.open
     torch.save = traced_torch_save
     transformers.modeling_utils.safe_save_file = traced_save_file(transformers.modeling_utils.safe_save_file)
-    hf_vanilla_transformer.averaging.save_file = traced_save_file(hf_vanilla_transformer.averaging.save_file)
+    hf_vanilla_transformer.training.averaging.save_file = traced_save_file(
+        hf_vanilla_transformer.training.averaging.save_file
+    )
     safetensors.torch.save_file = traced_save_file(safetensors.torch.save_file)
 
 
 def _install_hooks(hooks: argparse.Namespace, output_dir: Path) -> None:
     from transformers import Trainer, TrainerCallback
 
-    import hf_vanilla_transformer.training as training
+    import hf_vanilla_transformer.training.trainer as training
 
     class TestHooks(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -180,7 +182,7 @@ def main() -> int:
     cli_args = hooks.cli_args[1:] if hooks.cli_args[:1] == ["--"] else hooks.cli_args
     torch.set_num_threads(1)  # bit-exact comparisons between runs need the same reduction order
 
-    from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
+    from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 
     PRESETS["transformer-test"] = TEST_PRESET
     output_dir = Path(cli_args[cli_args.index("--output-dir") + 1])

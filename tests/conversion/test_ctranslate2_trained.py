@@ -16,8 +16,8 @@ from transformers import AutoTokenizer
 
 from conversion.__main__ import main
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, workflows
-from hf_vanilla_transformer.configuration_vanilla_transformer import PRESETS
-from hf_vanilla_transformer.start_embedding import start_embedding_max
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.start_embedding import start_embedding_max
 from hf_vanilla_transformer.workflows import TrainOptions
 
 from ..train_script import MAX_TOKENS, TEST_PRESET, write_corpus
@@ -102,7 +102,7 @@ def test_without_the_zero_row_the_export_is_refused_and_ctranslate2_differs(
 
 
 def test_the_option_is_checked(tmp_path: Path) -> None:
-    from hf_vanilla_transformer.training import VanillaSeq2SeqTrainingArguments
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainingArguments
 
     with pytest.raises(ValueError, match="`decoder_start_embedding` must be one of"):
         VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path), decoder_start_embedding="frozen")
@@ -110,7 +110,7 @@ def test_the_option_is_checked(tmp_path: Path) -> None:
 
 def test_the_start_token_must_be_pad() -> None:
     """Zeroing the row of a token that is also a label (here </s>) would fix its logit: refused."""
-    from hf_vanilla_transformer.start_embedding import ZeroStartEmbeddingCallback
+    from hf_vanilla_transformer.training.start_embedding import ZeroStartEmbeddingCallback
 
     from ..conftest import tiny_model
 

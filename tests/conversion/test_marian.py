@@ -28,8 +28,9 @@ from transformers import (
 
 from conversion import marian
 from conversion.__main__ import main
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_inference
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cli import main as main_cli
+from hf_vanilla_transformer.inference import cpu_inference
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 

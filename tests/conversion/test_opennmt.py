@@ -21,7 +21,7 @@ import hf_vanilla_transformer
 from conversion import opennmt
 from conversion.__main__ import main
 from conversion._common import Converted, reference_logits, safe_torch_load
-from hf_vanilla_transformer.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "conversion" / "reference" / "opennmt_tiny"

@@ -28,7 +28,10 @@ from hf_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerDecoder, VanillaTransformerEncoder
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import (
+    VanillaTransformerDecoder,
+    VanillaTransformerEncoder,
+)
 
 TESTS_DIR = Path(os.environ.get("TRANSFORMERS_TESTS_DIR", "/tmp/hf_tests"))
 PACKAGE = "transformers_tests"

@@ -52,8 +52,8 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .data import pair_lengths
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 
 LR_SCHEDULES = ("paper", "inverse_sqrt")
@@ -586,7 +586,7 @@ class CheckpointRetentionCallback(TrainerCallback):
 def dev_translation_metrics(tokenizer: Any) -> Any:
     """`compute_metrics` for `predict_with_generate` evaluation: sacreBLEU (cased, 13a) and chrF of the generated
     translations against the references, both decoded from ids (evaluation.score_translations)."""
-    from .evaluation import score_translations
+    from ..inference.evaluation import score_translations
 
     def compute(prediction: Any) -> dict[str, float]:
         predictions, labels = prediction.predictions, prediction.label_ids
@@ -661,7 +661,8 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         ):
             raise ValueError(
                 "`train_dataset` must be a datasets.Dataset with `input_ids` and `labels` columns, got "
-                f"{type(self.train_dataset).__name__}. Tokenize it with hf_vanilla_transformer.data.tokenize_pairs."
+                f"{type(self.train_dataset).__name__}. Tokenize it with "
+                "hf_vanilla_transformer.training.data.tokenize_pairs."
             )
         # From the length arrays (prepare_pairs' columns), never the token lists: a corpus of any size.
         source_lengths, target_lengths = pair_lengths(self.train_dataset)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .workflows import WorkflowError
+from ..workflows import WorkflowError
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .evaluation import evaluate_translations
-from .training import SNAPSHOT_FILE
+from ..inference.evaluation import evaluate_translations
+from .trainer import SNAPSHOT_FILE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -35,8 +35,8 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from ..inference.cpu_inference import use_packed_linears
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .cpu_inference import use_packed_linears
 from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
 from .input_checks import (
     check_embeddings,

@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .files import replaced_folder
+from ..files import replaced_folder
 
 # config.json entries that differ between checkpoints of one run without changing the model.
 _CONFIG_KEYS_IGNORED = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype")
@@ -203,7 +203,7 @@ class AverageSpan:
 
     @classmethod
     def parse(cls, text: str | float) -> AverageSpan:
-        from .training import parse_duration
+        from .trainer import parse_duration
 
         value = str(text).strip()
         if value.endswith("%"):
@@ -306,7 +306,7 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     over, stale model files dropped."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-    from . import VanillaTransformerConfig  # importing the package registers the Auto classes
+    from .. import VanillaTransformerConfig  # importing the package registers the Auto classes
 
     last = Path(paths[-1]) if paths else None
     if last is None or not (last / "config.json").is_file():

@@ -48,7 +48,7 @@ from .mapped_pages import PageReleaser, corpus_files, release_mapped_pages
 
 logger = logging.getLogger(__name__)
 
-MULTI30K_DIR = Path(__file__).parent / "data" / "multi30k"
+MULTI30K_DIR = Path(__file__).parents[1] / "data" / "multi30k"
 MULTI30K_LANGUAGES = ("en", "de", "fr")
 # Split name in `datasets` convention -> file stem in data/multi30k/.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
