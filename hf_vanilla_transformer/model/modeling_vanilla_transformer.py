@@ -35,7 +35,6 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from ..inference.cpu_inference import use_packed_linears
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
 from .input_checks import (
@@ -409,12 +408,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
-
-    def post_init(self) -> None:
-        super().post_init()
-        # Speed only, the one place the CPU kernels plug in: in CPU inference every nn.Linear multiplies by a
-        # oneDNN-packed copy of its weight where that pays (cpu_inference.py); results as nn.Linear's.
-        use_packed_linears(self)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
