@@ -37,7 +37,7 @@ from transformers import GenerationConfig, MarianMTModel
 
 from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory
+from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory, prepare_for_cpu_inference
 from hf_vanilla_transformer.training.trainer import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
@@ -105,6 +105,16 @@ def prepare(model: nn.Module) -> nn.Module:
         bos_token_id=BOS, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=PAD
     )
     return model
+
+
+def for_inference(models: dict[str, Any]) -> dict[str, Any]:
+    """`models` with ours (every "ours..." model) in eval mode and prepared for CPU inference
+    (`prepare_for_cpu_inference`, as `translate` and `evaluate` run it); Marian, and strings saying why a model is
+    missing, as they are."""
+    for name, model in models.items():
+        if name.startswith("ours") and isinstance(model, nn.Module):
+            prepare_for_cpu_inference(model.eval())
+    return models
 
 
 def build_models(size: dict[str, int], seed: int = 0) -> dict[str, nn.Module]:
@@ -445,7 +455,7 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
 def section_encoder(size: dict[str, int], batches: list[Batch], reps: int, warmup: int) -> dict[str, Any]:
     fns = {}
     for dtype in DTYPES:
-        models = build_models(size)
+        models = for_inference(build_models(size))
         for name in MODELS:
             fns[f"{name}/{dtype}"] = encoder_forward(models[name], batches, dtype)
     times, _, cpu = interleaved(fns, reps, warmup)
@@ -473,8 +483,7 @@ def ctranslate2_translators(
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    from conversion.__main__ import build_parser
-    from conversion.marian import export
+    from conversion.marian import ToMarianOptions, export
 
     vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, "<unk>": 3} | {
         f"w{i}": i for i in range(4, model.config.vocab_size)
@@ -488,7 +497,7 @@ def ctranslate2_translators(
     )
     model.save_pretrained(folder / "ours")
     tokenizer.save_pretrained(folder / "ours")
-    export(build_parser().parse_args(["to-marian", str(folder / "ours"), str(folder / "marian")]))
+    export(ToMarianOptions(folder / "ours", folder / "marian"))
     ctranslate2.converters.TransformersConverter(str(folder / "marian")).convert(str(folder / "ct2"))
     threads = torch.get_num_threads()
     return {
@@ -544,7 +553,7 @@ def section_generate(config: str, reps: int, warmup: int) -> dict[str, Any]:
     """Greedy and beam-4 with the cache, batch 1 and 16, exactly NEW_TOKENS new tokens; on the CPU, CTranslate2 on
     the same weights as well (fp32 rows), in a subprocess (`ct2_worker`) after ours and Marian."""
     size = CONFIGS[config]
-    models = build_models(size)
+    models = for_inference(build_models(size))
     result: dict[str, Any] = {}
     for dtype in DTYPES:
         for suffix, ids, mask, beams in generation_cases(size):
@@ -659,7 +668,7 @@ def section_decode(configs: list[str], reps: int, warmup: int) -> dict[str, Any]
     for config in configs:
         size = CONFIGS[config]
         for dtype in dtypes:
-            models = decode_models(size, dtype)
+            models = for_inference(decode_models(size, dtype))
             for suffix, ids, mask, beams in generation_cases(size):
                 key = f"{config}/{dtype}/{suffix}"
                 # bf16 weights need no autocast; the fp32-weight models run under it for bf16.

@@ -1,22 +1,21 @@
-"""A trained model's own decoding of Multi30k val, with the packed CPU inference path (cpu_inference.py) and
-without it (`plain_kernels`): seconds per pass and whether the hypotheses agree.
+"""A trained model's own decoding of Multi30k val, prepared for CPU inference (`prepare_for_cpu_inference`,
+cpu_inference.py) and as loaded (plain PyTorch): seconds per pass and whether the hypotheses agree.
 
     .venv/bin/python -m bench.packed_decoding MODEL_DIR [--rounds 2] [--batch-size 64]
 
-MODEL_DIR is a folder written by `hf-vanilla-transformer train` (with its tokenizer). The two settings alternate,
-`--rounds` times each; BLEU is sacreBLEU's, as `hf-vanilla-transformer evaluate` reports it.
+MODEL_DIR is a folder written by `hf-vanilla-transformer train` (with its tokenizer). The two models (the same folder
+loaded twice) alternate, `--rounds` times each; BLEU is sacreBLEU's, as `hf-vanilla-transformer evaluate` reports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
+from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_inference
 from hf_vanilla_transformer.inference.evaluation import score_translations, translate
 from hf_vanilla_transformer.training.data import load_multi30k
 
@@ -31,16 +30,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     validation = load_multi30k(args.src_lang, args.tgt_lang, splits=("validation",))["validation"]
     sources, references = list(validation["source"]), list(validation["target"])
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir)
+    models = {
+        "packed": prepare_for_cpu_inference(AutoModelForSeq2SeqLM.from_pretrained(args.model_dir)),
+        "plain": AutoModelForSeq2SeqLM.from_pretrained(args.model_dir),
+    }
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {len(sources)} sentences")
     hypotheses: dict[str, list[str]] = {}
     for _ in range(args.rounds):
-        for setting in ("packed", "plain"):
-            with contextlib.nullcontext() if setting == "packed" else plain_kernels():
-                start = time.perf_counter()
-                hypotheses[setting] = translate(model, tokenizer, sources, args.batch_size, progress=False)
-                seconds = time.perf_counter() - start
+        for setting, model in models.items():
+            start = time.perf_counter()
+            hypotheses[setting] = translate(model, tokenizer, sources, args.batch_size, progress=False)
+            seconds = time.perf_counter() - start
             bleu = score_translations(hypotheses[setting], references)["bleu"]
             print(f"{setting}: {seconds:.1f} s, BLEU {bleu:.2f}", flush=True)
     same = sum(a == b for a, b in zip(hypotheses["packed"], hypotheses["plain"], strict=True))

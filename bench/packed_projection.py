@@ -1,6 +1,6 @@
 """The linear layers of a decode step: `F.linear` against the oneDNN-packed weights (`packed_linear`) that the
-model's linear layers use for CPU inference (cpu_inference.py: float32, and bf16 autocast where oneDNN has bf16
-kernels, above a size), for the row counts decoding sees.
+layers of a model prepared for CPU inference use (`prepare_for_cpu_inference`, cpu_inference.py: float32, and bf16
+autocast where oneDNN has bf16 kernels, above a size), for the row counts decoding sees.
 
     .venv/bin/python -m bench.packed_projection [--vocab 8000] [--d-model 256] [--d-ff 1024] [--rows 1 4 16 64 320]
 
@@ -23,6 +23,7 @@ from hf_vanilla_transformer.inference.cpu_inference import (
     inference_linear_dtype,
     packed_linear,
     packed_linear_dtype,
+    prepare_for_cpu_inference,
 )
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|")
     for dtype in args.dtypes:
         for features_in, features_out in shapes:
-            layer = nn.Linear(features_in, features_out)
+            layer = prepare_for_cpu_inference(nn.Linear(features_in, features_out).eval())
             for rows in args.rows:
                 hidden = torch.randn(rows, features_in)
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
                     if compute_dtype is None:
                         raise SystemExit(f"This torch build or CPU has no oneDNN {dtype} linear: nothing to compare.")
                     fns = {
-                        "linear": lambda hidden=hidden, layer=layer: layer(hidden),
+                        "linear": lambda h=hidden, m=layer: nn.functional.linear(h, m.weight, m.bias),
                         "packed": lambda h=hidden, m=layer, d=compute_dtype: packed_linear(m, h, d),
                     }
                     calls = max(5, 40_000_000 // (rows * features_in * features_out))  # a few ms per timed call

@@ -5,44 +5,24 @@ and kwargs bookkeeping, beam search bookkeeping) plus our generation hooks.
     .venv/bin/python -m bench.profile_decoding --config tiny [--threads 1] [--reps 5] [--cprofile greedy/batch1]
 
 Settings as bench.bench's generation rows (the same weights, sources, exactly NEW_TOKENS new tokens, greedy and beam
-4, batch 1 and 16). Each case runs with the decoding-loop speed-ups of generation_vanilla_transformer.py
-("ours": `SignatureMemoLogitsProcessorList`, the light `prepare_inputs_for_generation`) and without them
-("transformers": `GenerationMixin`'s own methods), interleaved rep by rep; times are medians. `--cprofile CASE`
-prints cProfile's top functions (by own time) for one case, to attribute the generic part.
+4, batch 1 and 16), our model prepared for CPU inference (`prepare_for_cpu_inference`) and decoded by transformers'
+own loop; times are medians. `--cprofile CASE` prints cProfile's top functions (by own time) for one case, to
+attribute the generic part. (bench/generation_overrides.py measures candidate loop overrides.)
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import pstats
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-from transformers.generation import GenerationMixin
 
 from bench.bench import CONFIGS, NEW_TOKENS, build_models, generation_cases
-from hf_vanilla_transformer.model.generation_vanilla_transformer import PaperGenerationMixin
-
-# The decoding-loop speed-ups, by method name: switched off by putting transformers' own methods in their place.
-LOOP_METHODS = ("prepare_inputs_for_generation", "_get_logits_processor")
-
-
-@contextlib.contextmanager
-def transformers_loop() -> Iterator[None]:
-    """Within the block, `generate()` runs transformers' own per-step methods instead of ours."""
-    saved = {name: PaperGenerationMixin.__dict__[name] for name in LOOP_METHODS}
-    try:
-        for name in LOOP_METHODS:
-            setattr(PaperGenerationMixin, name, getattr(GenerationMixin, name))
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(PaperGenerationMixin, name, method)
+from hf_vanilla_transformer.inference import prepare_for_cpu_inference
 
 
 class Timed:
@@ -90,10 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     size = CONFIGS[args.config]
-    model = build_models(size)["ours"].eval()
+    model = prepare_for_cpu_inference(build_models(size)["ours"].eval())
     print(f"{args.config}, {args.threads} threads, {NEW_TOKENS} new tokens; ms per generate() (median), per step")
-    print("| case | loop | total | decoder forward | encoder | generic rest | rest per step |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | total | decoder forward | encoder | generic rest | rest per step |")
+    print("|---|---|---|---|---|---|")
     for suffix, ids, mask, beams in generation_cases(size):
         if args.cprofile:
             if suffix != args.cprofile:
@@ -106,21 +86,15 @@ def main(argv: list[str] | None = None) -> None:
             profiler.disable()
             pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
             return
-        runs: dict[str, list[dict[str, float]]] = {"ours": [], "transformers": []}
-        for rep in range(args.reps + 1):  # the first rep warms up
-            for loop in ("ours", "transformers") if rep % 2 else ("transformers", "ours"):
-                with contextlib.nullcontext() if loop == "ours" else transformers_loop():
-                    result = profile_case(model, ids, mask, beams)
-                if rep:
-                    runs[loop].append(result)
-        for loop, results in runs.items():
-            median = {key: statistics.median(r[key] for r in results) * 1e3 for key in results[0]}
-            rest = statistics.median((r["total"] - r["forward"] - r["encoder"]) * 1e3 for r in results)
-            print(
-                f"| {suffix} | {loop} | {median['total']:.1f} | {median['forward']:.1f} | {median['encoder']:.1f} "
-                f"| {rest:.1f} | {rest / NEW_TOKENS:.2f} |",
-                flush=True,
-            )
+        profile_case(model, ids, mask, beams)  # warm-up
+        results = [profile_case(model, ids, mask, beams) for _ in range(args.reps)]
+        median = {key: statistics.median(r[key] for r in results) * 1e3 for key in results[0]}
+        rest = statistics.median((r["total"] - r["forward"] - r["encoder"]) * 1e3 for r in results)
+        print(
+            f"| {suffix} | {median['total']:.1f} | {median['forward']:.1f} | {median['encoder']:.1f} "
+            f"| {rest:.1f} | {rest / NEW_TOKENS:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,8 @@ def make_corpus(size: int, folder: Path) -> tuple[Path, Path]:
 def preprocess(source_path: Path, target_path: Path) -> dict:
     """Worker: time the three preprocessing stages as `train` runs them (this process's datasets cache)."""
     from hf_vanilla_transformer.training.data import load_parallel_files, prepare_pairs, tokenizer_sample
+    from hf_vanilla_transformer.training.options import TrainOptions
     from hf_vanilla_transformer.training.tokenization import train_bpe_tokenizer
-    from hf_vanilla_transformer.workflows import TrainOptions
 
     options = TrainOptions()
     seconds = {}

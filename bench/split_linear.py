@@ -25,7 +25,7 @@ from bench.bench import (
     interleaved,
     paired_ratio,
 )
-from hf_vanilla_transformer.inference import cpu_inference
+from hf_vanilla_transformer.inference import cpu_inference, prepare_for_cpu_inference
 
 
 def generate_with(model: torch.nn.Module, max_rows: int, ids: torch.Tensor, mask: torch.Tensor, beams: int):
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| config | case | split (ms) | F.linear (ms) | speed-up | same tokens |\n|---|---|---|---|---|---|")
     for config in args.configs:
         size = CONFIGS[config]
-        model = build_models(size)["ours"].eval()
+        model = prepare_for_cpu_inference(build_models(size)["ours"].eval())
         for suffix, ids, mask, beams in generation_cases(size):
             fns = {
                 "split": generate_with(model, cpu_inference.SPLIT_LINEAR_MAX_ROWS, ids, mask, beams),

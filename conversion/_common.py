@@ -1,12 +1,12 @@
 """The core every converter shares: a safe checkpoint loader, a declarative key map that refuses leftover, missing
-and misshapen weights, the logit checks against the source's outputs with one tolerance policy
-(`add_tolerance_arguments`), one result type (`Converted`), one tokenizer builder, one usage snippet builder, and
-the one step that ends every conversion (`finish`): verify, write a Hub-ready folder atomically with its model card
-(through the `model_card` package), reload it and check it again."""
+and misshapen weights, the logit checks against the source's outputs with one tolerance policy (`ATOL_FP64`,
+`ATOL_FP32`), the options every format's typed options extend (`CommonOptions`), one in-memory type (`Converted`),
+one tokenizer builder, one usage snippet builder, and the one step that ends every conversion and export (`finish`):
+write the folder beside OUTPUT_DIR, verify it, add its model card (through the `model_card` package), swap it in
+atomically, reload it and check it again. It returns what it did (`Finished`); the command line prints that."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import os
@@ -14,7 +14,7 @@ import pickle
 import re
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, Pr
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.files import TARGET_TOKENIZER, replaced_folder
-from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
 from model_card import render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
@@ -195,15 +194,14 @@ def verify_logits(
     mask: torch.Tensor | None = None,
     what: str = "logits",
 ) -> float:
-    """Print and return max |reference - ours| over the positions where `mask` (B, T) is set (all without one);
-    raise ValueError when it exceeds `atol`, is not finite, or the shapes differ."""
+    """Max |reference - ours| over the positions where `mask` (B, T) is set (all without one); raises ValueError
+    naming `what` when it exceeds `atol`, is not finite, or the shapes differ."""
     if reference.shape != ours.shape:
         raise ValueError(f"{what}: shapes differ, reference {tuple(reference.shape)} vs ours {tuple(ours.shape)}.")
     diff = (reference.double() - ours.double()).abs()
     if mask is not None:
         diff = diff[mask.bool()]
     max_diff = float(diff.max()) if diff.numel() else 0.0
-    print(f"{what}: max |Δ| = {max_diff:.3e} over {diff.numel()} values (atol {atol:g})")
     if not max_diff <= atol:  # also catches NaN
         raise ValueError(
             f"{what}: max |Δ| = {max_diff:.3e} exceeds atol {atol:g}. The conversion is wrong (or atol is too tight "
@@ -228,10 +226,7 @@ def reference_logits(
     if "logits_fp64" in tensors:
         logits = copy.deepcopy(model).double()(**inputs).logits
         diffs["fp64"] = verify_logits(tensors["logits_fp64"], logits, atol, mask=mask, what=f"{source} vs ours, fp64")
-    # The check measures the conversion, not a kernel choice: on a large trained model the packed CPU inference
-    # path's rounding alone could approach the default atol_fp32.
-    with plain_kernels():
-        logits = model(**inputs).logits
+    logits = model(**inputs).logits
     diffs["fp32"] = verify_logits(tensors["logits"], logits, atol_fp32, mask=mask, what=f"{source} vs ours, fp32")
     if "log_probs" in tensors:
         what = f"{source} vs ours, fp32 log-probabilities"
@@ -266,11 +261,10 @@ def sample_inputs(config: PretrainedConfig, seed: int = 0) -> dict[str, torch.Te
 @torch.no_grad()
 def check_written(model: PreTrainedModel, output: str | os.PathLike) -> None:
     """The written folder must reproduce the in-memory model exactly (tied weights saved once, buffers and tables
-    recomputed on load), on the plain kernels of both: this checks the files, not a kernel choice."""
+    recomputed on load)."""
     reloaded = type(model).from_pretrained(output, dtype=torch.float32).eval()
     inputs = sample_inputs(model.config)
-    with plain_kernels():
-        expected, found = model(**inputs).logits, reloaded(**inputs).logits
+    expected, found = model(**inputs).logits, reloaded(**inputs).logits
     verify_logits(expected, found, 0.0, what=f"{output} vs converted model")
 
 
@@ -280,59 +274,63 @@ def sha256(path: str | os.PathLike) -> str:
 
 
 # ------------------------------------------------------------------------------------------- tolerance policy
+# The largest max-abs logit difference to the source's outputs that a conversion may show before it is refused, the
+# same for every format (`SourceOptions.atol`, `CommonOptions.atol_fp32`).
+#
+# float64, 1e-5: run in float64, a right conversion leaves only the source's own float32 steps: ~1e-15 against
+# MarianMTModel (all float64), 2.6e-7 to 4.4e-7 against the stored fp64 logits of fairseq (its softmax stays
+# float32), OpenNMT-py, nn.Transformer and the Annotated Transformer. A wrong one (a misplaced or transposed weight,
+# another LayerNorm or position layout) moves logits by O(0.1 to 10): 5.6 for nn.LayerNorm in place of the Annotated
+# one. 1e-5 sits twenty times above the first, four orders below the second.
+#
+# float32, 1e-4: two float32 implementations sum in different orders, which alone moves a logit by a few float32 ulps
+# of its size times the depth: measured 1.4e-6 to 4.3e-6 (fp32 logits and log-probabilities of the tiny OpenNMT-py,
+# nn.Transformer, Annotated and Marian fixtures), 1.9e-5 on the fairseq sym2math model (|logit| up to 28), and ~6e-5
+# on a random base-size model exported to Marian, whose residual-stream permutation reorders every sum. 1e-4 admits
+# all of these and is still three orders below a conversion error. Tests that measure a tighter bound pass it.
 ATOL_FP64 = 1e-5
 ATOL_FP32 = 1e-4
 
 
-def add_tolerance_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--atol` and `--atol-fp32`, the same defaults for every format: the largest max-abs logit difference to the
-    source's outputs that a conversion may show before it is refused.
+# ------------------------------------------------------------------------------------------------- the options
+@dataclass(frozen=True)
+class CommonOptions:
+    """What every conversion takes; each format's options extend it with the settings its source needs. Errors
+    about an option name its field in backquotes (`output_dir`), which the command line words as its flag."""
 
-    float64, `--atol` 1e-5: run in float64, a right conversion leaves only the source's own float32 steps:
-    ~1e-15 against MarianMTModel (all float64), 2.6e-7 to 4.4e-7 against the stored fp64 logits of fairseq (its
-    softmax stays float32), OpenNMT-py, nn.Transformer and the Annotated Transformer. A wrong one (a misplaced or
-    transposed weight, another LayerNorm or position layout) moves logits by O(0.1 to 10): 5.6 for nn.LayerNorm in
-    place of the Annotated one. 1e-5 sits twenty times above the first, four orders below the second.
+    source: Path  # the checkpoint file or model folder to convert
+    output_dir: Path  # the folder to write; an existing one is replaced whole, and only once all checks pass
+    _: KW_ONLY
+    atol_fp32: float = ATOL_FP32  # largest accepted float32 logit / log-probability difference to the source
+    base_model: str | None = None  # the source's Hub repository id, recorded as the card's base_model
+    license: str | None = None  # the Hub license id of the converted weights; None: the source card's, if any
 
-    float32, `--atol-fp32` 1e-4: two float32 implementations sum in different orders, which alone moves a logit by
-    a few float32 ulps of its size times the depth: measured 1.4e-6 to 4.3e-6 (fp32 logits and log-probabilities
-    of the tiny OpenNMT-py, nn.Transformer, Annotated and Marian fixtures), 1.9e-5 on the fairseq sym2math model
-    (|logit| up to 28), and ~6e-5 on a random base-size model exported to Marian, whose residual-stream
-    permutation reorders every sum. 1e-4 admits all of these and is still three orders below a conversion error.
-    Tests that measure a tighter bound pass it explicitly.
-    """
-    parser.add_argument(
-        "--atol",
-        type=float,
-        default=ATOL_FP64,
-        help=f"Largest accepted float64 logit difference to the source (default {ATOL_FP64:g}).",
-    )
-    parser.add_argument(
-        "--atol-fp32",
-        type=float,
-        default=ATOL_FP32,
-        help=f"Largest accepted float32 logit / log-probability difference to the source (default {ATOL_FP32:g}: "
-        "float32 rounding alone reaches ~6e-5 on a base-size model).",
-    )
+    def __post_init__(self) -> None:
+        # A caller's "model.pt" is as good as Path("model.pt"), as on the command line.
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if isinstance(value, str) and "Path" in str(option.type):
+                object.__setattr__(self, option.name, Path(value))
 
 
-def add_card_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--base-model` and `--license`, the model card's metadata that only the user knows, for every format."""
-    parser.add_argument(
-        "--base-model",
-        help="the source model's Hub repository id, recorded as the card's base_model (default: none recorded)",
-    )
-    parser.add_argument(
-        "--license",
-        help="the Hub license id of the converted weights (default: the one the source's own model card states, "
-        "else none)",
-    )
+@dataclass(frozen=True, kw_only=True)
+class SourceOptions(CommonOptions):
+    """A conversion verified against its source in float64 as well (every format but the float32 ONNX export)."""
+
+    atol: float = ATOL_FP64  # largest accepted float64 logit difference to the source
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceOptions(SourceOptions):
+    """A conversion verified against the teacher-forced logits that its source's reference script stored."""
+
+    reference: Path | None = None  # teacher_forced.safetensors; None: the conversion is written unverified
 
 
 # -------------------------------------------------------------------------------------- the converted result
 @dataclass
 class Converted:
-    """A checkpoint converted in memory (nothing written yet): what `finish` verifies, writes and reloads."""
+    """A checkpoint converted in memory (nothing written yet): what `finish` writes, verifies and reloads."""
 
     model: PreTrainedModel  # in eval mode: ours, or a MarianMTModel for `to-marian`
     generation_config: GenerationConfig  # the source's own decoding
@@ -344,27 +342,60 @@ class Converted:
     source_metadata: dict[str, Any] = field(default_factory=dict)  # the source's own card (source_card_metadata)
 
 
+# A source-specific comparison of the converted model (and of the folder written so far, which the ONNX export's
+# graphs are run from) with the expected outputs: the max-abs differences by kind ("fp64", "fp32", "log_probs"),
+# raising ValueError above its bounds.
+Compare = Callable[[PreTrainedModel, Path], dict[str, float]]
+
+
 @dataclass(frozen=True)
 class SourceCheck:
-    """Source-specific verification data: who computed the expected outputs and how ours are compared with them
-    (`compare(model, atol, atol_fp32)` returns the max-abs differences by kind, raising above a bound)."""
+    """Source-specific verification: who computed the expected outputs and how ours are compared with them."""
 
     source: str  # e.g. "fairseq", "MarianMTModel"
-    compare: Callable[[PreTrainedModel, float, float], dict[str, float]] | None  # None: nothing to compare with
+    compare: Compare | None  # None: nothing to compare with
     evidence: str = ""  # where the expected outputs come from, named in the card
-    hint: str = ""  # how to get them, printed when there are none
+    hint: str = ""  # how to get them, named in the card when there are none
 
 
-def reference_check(reference: Path | None, source: str, hint: str) -> SourceCheck:
-    """The check against teacher-forced logits that the source's reference script stored (`reference_logits`);
-    without a file, a check that reports the conversion as unverified, with `hint` on how to get one."""
+def reference_check(reference: Path | None, source: str, hint: str, atol: float, atol_fp32: float) -> SourceCheck:
+    """The check against teacher-forced logits that the source's reference script stored (`reference_logits`,
+    within `atol` / `atol_fp32`); without a file, a check that reports the conversion as unverified, with `hint` on
+    how to get one."""
     if reference is None:
         return SourceCheck(source, None, hint=hint)
 
-    def compare(model: PreTrainedModel, atol: float, atol_fp32: float) -> dict[str, float]:
+    def compare(model: PreTrainedModel, folder: Path) -> dict[str, float]:
         return reference_logits(model, reference, atol, atol_fp32, source)
 
     return SourceCheck(source, compare, evidence=f"`{reference.name}`")
+
+
+@dataclass(frozen=True)
+class CardText:
+    """What a converter says in its folder's model card besides the facts, notes and tables `finish` fills in."""
+
+    title: str  # after the folder's name
+    description: str
+    usage: str  # Python code
+    decoding_note: str = ""  # below the decoding table: what a runtime keeps of the generation config
+    library_name: str = "transformers"  # the Hub's library of the folder's files
+    tags: tuple[str, ...] = ()  # besides translation, vanilla-transformer and converted
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `finish` wrote and measured. `str()` is the command line's report."""
+
+    output_dir: Path
+    model: PreTrainedModel  # the model the folder holds (for the ONNX export: the one its graphs compute)
+    verification: str  # as the card states it: the measured differences and their evidence, or why none
+    differences: dict[str, float]  # max-abs differences to the source by kind; empty when not verified
+    copied: tuple[str, ...] = ()  # files copied from the source as they are
+
+    def __str__(self) -> str:
+        copied = f" (files copied: {', '.join(self.copied)})" if self.copied else ""
+        return f"Verification: {self.verification}\nWrote {self.output_dir}{copied}"
 
 
 def word_level_tokenizer(
@@ -449,64 +480,70 @@ def token_generation_config(config: PretrainedConfig, **decoding: Any) -> Genera
 
 def finish(
     converted: Converted,
-    output: Path,
+    options: CommonOptions,
     check: SourceCheck,
-    tolerances: tuple[float, float],
+    card: CardText,
     *,
-    title: str,
-    description: str,
-    usage: str,
     card_config: PretrainedConfig | None = None,
+    write_model: Callable[[Path], None] | None = None,
     extra_files: Callable[[Path], list[str]] | None = None,
-    base_model: str | None = None,
-    license: str | None = None,
-) -> Path:
-    """The one step every format ends with: verify `converted.model` against the source's outputs (`check`, within
-    `tolerances` = (atol, atol_fp32)), write the folder atomically (weights as safetensors, config, generation
-    config, tokenizers, the files `extra_files(folder)` writes, the model card), reload it and check that it
-    reproduces the model exactly. The card's architecture table is `card_config` (default: the model's own
-    config, when it is ours); its metadata records `base_model` and `license` (`--base-model`, `--license`).
-    Weights with NaN, inf or an all-zero matrix are refused first (`check_weights`). Returns the folder."""
-    model, facts = converted.model, converted.facts
+) -> Finished:
+    """The one step every format ends with. Weights with NaN, inf or an all-zero matrix are refused first
+    (`check_weights`). The folder is written beside `options.output_dir`: the model (`save_pretrained`: safetensors,
+    config, generation config; or `write_model(folder)`, the ONNX graphs), the tokenizers, the files
+    `extra_files(folder)` writes; then `converted.model` is verified against the source's outputs (`check`, which
+    may read the folder), and the model card states the measured differences, `card`'s text and, from `options`,
+    `base_model` and `license`. Only then is the folder swapped in whole (`replaced_folder`): a failed check leaves
+    OUTPUT_DIR as it was. Saved weights are reloaded and must reproduce the model exactly (`check_written`). The
+    card's architecture table is `card_config` (default: the model's own config, when it is ours)."""
+    model, output_dir = converted.model, options.output_dir
     check_weights(model.state_dict())
-    if check.compare is None:
-        print(f"Not verified against {check.source}: {check.hint}")
-        facts["Verification"] = f"none against {check.source} ({check.hint})"
-    else:
-        diffs = check.compare(model, *tolerances)
-        measured = ", ".join(f"{diff:.1e} ({kind})" for kind, diff in diffs.items())
-        facts["Verification"] = f"max abs logit difference to {check.source}: {measured}, on {check.evidence}"
-    card_config = card_config or model.config
-    card = render_converted_card(
-        f"{output.name}: {title}",
-        description,
-        facts,
-        usage,
-        converted.notes,
-        config=card_config if isinstance(card_config, VanillaTransformerConfig) else None,
-        generation=converted.generation_config.to_diff_dict(),
-        source=check.source,
-        license=license,
-        base_model=base_model,
-        source_metadata=converted.source_metadata,
-        languages=converted.languages,
-    )
     model.generation_config = converted.generation_config
     copied: list[str] = []
-    with replaced_folder(output) as folder:  # written beside OUTPUT_DIR, then swapped in whole: never a mix
-        model.save_pretrained(folder)  # safetensors; transformers 5 writes no pickle
+    with replaced_folder(output_dir) as folder:  # written beside OUTPUT_DIR, then swapped in whole: never a mix
+        if write_model is None:
+            model.save_pretrained(folder)  # safetensors; transformers 5 writes no pickle
+        else:
+            write_model(folder)
         for subfolder, tokenizer in converted.tokenizers.items():
             tokenizer.save_pretrained(folder / subfolder)
         if extra_files is not None:
             copied = extra_files(folder)
-        card.save(folder / "README.md")
-    check_written(model, output)
-    print(f"Wrote {output}" + (f" (files copied: {', '.join(copied)})" if copied else ""))
-    return output
+        differences = {} if check.compare is None else check.compare(model, folder)
+        converted.facts["Verification"] = verification = _verification(check, differences)
+        card_config = card_config or model.config
+        render_converted_card(
+            f"{output_dir.name}: {card.title}",
+            card.description,
+            converted.facts,
+            card.usage,
+            converted.notes,
+            config=card_config.to_dict() if isinstance(card_config, VanillaTransformerConfig) else None,
+            generation=converted.generation_config.to_diff_dict(),
+            decoding_note=card.decoding_note,
+            library_name=card.library_name,
+            tags=card.tags,
+            source=check.source,
+            license=options.license,
+            base_model=options.base_model,
+            source_metadata=converted.source_metadata,
+            languages=converted.languages,
+        ).save(folder / "README.md")
+    if write_model is None:
+        check_written(model, output_dir)
+    return Finished(output_dir, model, verification, differences, tuple(copied))
+
+
+def _verification(check: SourceCheck, differences: Mapping[str, float]) -> str:
+    """The card's (and the report's) verification line: the measured differences and their evidence, or why none."""
+    if check.compare is None:
+        return f"none against {check.source} ({check.hint})"
+    measured = ", ".join(f"{diff:.1e} ({kind})" for kind, diff in differences.items())
+    return f"max abs logit difference to {check.source}: {measured}, on {check.evidence}"
 
 
 def finish_against_reference(
-    args: argparse.Namespace,
+    options: ReferenceOptions,
     converted: Converted,
     *,
     source: str,
@@ -515,39 +552,33 @@ def finish_against_reference(
     description: str,
     example: str | None,
     tokenizer_note: str,
-) -> None:
-    """`finish` for a converter verified against the teacher-forced logits its source stored (`--reference`, None:
-    unverified, `hint` says how to get them), within `--atol` / `--atol-fp32`, written to `args.output` with
-    `--base-model` and `--license` in its card; the card's usage example tokenizes `example` (`usage_snippet`)."""
+) -> Finished:
+    """`finish` for a converter verified against the teacher-forced logits its source stored (`options.reference`;
+    None: unverified, `hint` says how to get them) within `options.atol` / `atol_fp32`; the card's usage example
+    tokenizes `example` (`usage_snippet`)."""
     usage = usage_snippet(
-        args.output,
+        options.output_dir,
         example,
         tokenizer_note=tokenizer_note,
         target_tokenizer=TARGET_TOKENIZER in converted.tokenizers,
     )
-    check = reference_check(args.reference, source, hint)
-    finish(
-        converted,
-        args.output,
-        check,
-        (args.atol, args.atol_fp32),
-        title=title,
-        description=description,
-        usage=usage,
-        base_model=args.base_model,
-        license=args.license,
-    )
+    check = reference_check(options.reference, source, hint, options.atol, options.atol_fp32)
+    return finish(converted, options, check, CardText(title, description, usage))
 
 
 __all__ = [
     "ATOL_FP32",
     "ATOL_FP64",
     "TARGET_TOKENIZER",
+    "CardText",
+    "CommonOptions",
+    "Compare",
     "Converted",
+    "Finished",
     "KeyRule",
+    "ReferenceOptions",
     "SourceCheck",
-    "add_card_arguments",
-    "add_tolerance_arguments",
+    "SourceOptions",
     "apply_key_map",
     "check_weights",
     "check_written",

@@ -1,11 +1,12 @@
 """What the converters of plain-PyTorch models share (nn_transformer.py, annotated.py): a state dict found in a
-checkpoint, vocabularies saved as itos lists, the check of a stored sinusoid table, their common options, and the
-command-line tail (`finish_pytorch`: the shared step of `_common.finish` with the upstream code's reference logits)."""
+checkpoint, vocabularies saved as itos lists, the check of a stored sinusoid table, their common options
+(`PytorchOptions`), and the tail (`finish_pytorch`: the shared step of `_common.finish` with the upstream code's
+reference logits)."""
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_t
 from ._common import (
     TARGET_TOKENIZER,
     Converted,
+    Finished,
     KeyRule,
-    add_tolerance_arguments,
+    ReferenceOptions,
     finish_against_reference,
     load_with_key_map,
     word_level_tokenizer,
@@ -27,6 +29,26 @@ from ._common import (
 
 # Where training scripts commonly nest the state dict inside a checkpoint dict.
 STATE_DICT_KEYS = ("model_state_dict", "state_dict", "model")
+# The special tokens whose ids a state dict does not record (`PytorchOptions.<role>_id`).
+SPECIAL_ROLES = ("unk", "pad", "bos", "eos")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PytorchOptions(ReferenceOptions):
+    """What both converters of plain-PyTorch models take: `source` is `torch.save(model.state_dict())`; a state
+    dict does not record the heads or the special tokens' ids; `reference` is the teacher_forced.safetensors of
+    tests/conversion/fixtures/make_fixtures.py. Each format gives the ids its upstream code uses as defaults."""
+
+    heads: int  # attention heads
+    dropout: float = 0.1  # the model's dropout, for fine-tuning
+    # The vocabularies' itos (`vocab.get_itos()`), a JSON list or one token a line: each writes a word-level
+    # tokenizer for whitespace-separated pre-tokenized text. None: the folder has no tokenizer on that side.
+    src_vocab: Path | None = None
+    tgt_vocab: Path | None = None
+    unk_id: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
 
 
 def state_dict_from(checkpoint: Any, path: Path) -> dict[str, torch.Tensor]:
@@ -93,13 +115,15 @@ def read_vocabulary(path: Path) -> list[str]:
 
 
 def tokenizers_for(
-    args: argparse.Namespace, rows: tuple[int, int], ids: dict[str, int], max_length: int
+    options: PytorchOptions, rows: tuple[int, int], max_length: int
 ) -> dict[str, PreTrainedTokenizerFast]:
-    """Tokenizers from --src-vocab / --tgt-vocab (none without them); each must have its embedding's size. Words
+    """Tokenizers from `src_vocab` / `tgt_vocab` (none without them); each must have its embedding's size. Words
     are whitespace-separated (pre-tokenized input, e.g. spaCy tokens joined by spaces), each sentence wrapped in
     bos ... eos as the upstream data pipelines do."""
+    ids = {role: getattr(options, f"{role}_id") for role in SPECIAL_ROLES}
     tokenizers: dict[str, PreTrainedTokenizerFast] = {}
-    for subfolder, path, size in (("", args.src_vocab, rows[0]), (TARGET_TOKENIZER, args.tgt_vocab, rows[1])):
+    sides = (("", options.src_vocab, rows[0]), (TARGET_TOKENIZER, options.tgt_vocab, rows[1]))
+    for subfolder, path, size in sides:
         if path is None:
             continue
         symbols = read_vocabulary(path)
@@ -113,7 +137,7 @@ def tokenizers_for(
 
 
 def converted(
-    args: argparse.Namespace,
+    options: PytorchOptions,
     weights: dict[str, torch.Tensor],
     config: VanillaTransformerConfig,
     key_map: list[KeyRule],
@@ -124,56 +148,26 @@ def converted(
     model = VanillaTransformerForConditionalGeneration(config)
     load_with_key_map(model, weights, key_map)
     rows = (config.vocab_size, config.decoder_vocab_size)
-    ids = {"unk": args.unk_id, "pad": args.pad_id, "bos": args.bos_id, "eos": args.eos_id}
-    tokenizers = tokenizers_for(args, rows, ids, config.max_position_embeddings)
+    tokenizers = tokenizers_for(options, rows, config.max_position_embeddings)
     return Converted(model.eval(), generation_config, tokenizers, facts=facts)
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, what: str, ids: dict[str, int]) -> None:
-    """SOURCE, OUTPUT_DIR and the options both converters take."""
-    parser.add_argument("source", type=Path, help=f"The checkpoint: torch.save(model.state_dict()) of {what}.")
-    parser.add_argument("output", type=Path, help="The folder to write the converted model to.")
-    parser.add_argument(
-        "--heads", type=int, required=True, help="Attention heads (a state dict does not record them)."
-    )
-    parser.add_argument("--dropout", type=float, default=0.1, help="The model's dropout (for fine-tuning; 0.1).")
-    for side in ("src", "tgt"):
-        parser.add_argument(
-            f"--{side}-vocab",
-            type=Path,
-            help=f"The {side} vocabulary's itos (`vocab.get_itos()`), a JSON list or one token a line: writes a "
-            "word-level tokenizer for whitespace-separated pre-tokenized text.",
-        )
-    for role, default in ids.items():
-        parser.add_argument(f"--{role}-id", type=int, default=default, help=f"Id of <{role}> (default {default}).")
-    parser.add_argument(
-        "--reference",
-        type=Path,
-        help="teacher_forced.safetensors from tests/conversion/fixtures/make_fixtures.py: refuse the result unless "
-        "its logits match the upstream code's within --atol (float64) and --atol-fp32.",
-    )
-    add_tolerance_arguments(parser)
-
-
-def finish_pytorch(
-    args: argparse.Namespace, converted: Converted, title: str, description: str
-) -> VanillaTransformerForConditionalGeneration:
-    """Verify against --reference when given, write the folder with its model card, check that it reloads exactly
-    (`_common.finish`)."""
+def finish_pytorch(options: PytorchOptions, converted: Converted, title: str, description: str) -> Finished:
+    """Verify against `options.reference` when given, write the folder with its model card, check that it reloads
+    exactly (`_common.finish`)."""
     tokenizers = converted.tokenizers
     if TARGET_TOKENIZER in tokenizers:
         converted.notes.append(f"Decode outputs with the target tokenizer in `{TARGET_TOKENIZER}/`.")
     example = None
     if "" in tokenizers:
         example = " ".join(tokenizers[""].convert_ids_to_tokens(list(range(4, min(8, tokenizers[""].vocab_size)))))
-    finish_against_reference(
-        args,
+    return finish_against_reference(
+        options,
         converted,
         source="the upstream code",
-        hint="pass --reference",
+        hint="no reference logits given; tests/conversion/fixtures/make_fixtures.py shows how to write them",
         title=title,
         description=description,
         example=example,
         tokenizer_note="pre-tokenized words, space-separated",
     )
-    return converted.model

@@ -11,25 +11,26 @@ tutorial's `if False:` snippet) are recognised by equal weights. Loaded with `to
 
 Its LayerNorm is its own: a_2 * (x - mean) / (std + eps) + b_2 with the unbiased (n - 1) std and eps = 1e-6 added
 to the std, which nn.LayerNorm cannot reproduce exactly; the converted config says `layer_norm_type="annotated_std"`
-(a named deviation of the model). --heads is required (make_model's default is 8); --layer-norm-eps
-(1e-6) and --dropout (0.1; MultiHeadedAttention's attention dropout is fixed at 0.1 by make_model) complete it.
+(a named deviation of the model). `AnnotatedOptions`: `heads` is required (make_model's default is 8);
+`layer_norm_eps` (1e-6) and `dropout` (0.1; MultiHeadedAttention's attention dropout is fixed at 0.1 by make_model)
+complete it.
 Token ids are the Multi30k example's (<s> 0, </s> 1, <blank> 2 = padding, <unk> 3); the decoder starts with <s>;
 decoding is check_outputs' `greedy_decode(model, src, src_mask, 72, 0)`: greedy, 71 new tokens at most, cut at </s>.
 """
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerConfig
 
-from ._common import Converted, KeyRule, safe_torch_load, sha256, token_generation_config
+from ._common import Converted, Finished, KeyRule, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
-    add_common_arguments,
+    PytorchOptions,
     check_position_table,
     converted,
     finish_pytorch,
@@ -38,11 +39,22 @@ from ._pytorch_sources import (
     state_dict_from,
 )
 
-IDS = {"bos": 0, "eos": 1, "pad": 2, "unk": 3}  # build_vocabulary's specials: "<s>", "</s>", "<blank>", "<unk>"
 SOURCE_EMBEDDING, TARGET_EMBEDDING = "src_embed.0.lut.weight", "tgt_embed.0.lut.weight"
 POSITIONS = ("src_embed.1.pe", "tgt_embed.1.pe")
 ENCODER_FFN = "encoder.layers.0.feed_forward.w_1.weight"
 ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")  # MultiHeadedAttention.linears[0..3]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnnotatedOptions(PytorchOptions):
+    """make_model's state dict: the Multi30k example's special ids, its LayerNorm eps and greedy_decode's limit."""
+
+    bos_id: int = 0  # build_vocabulary's specials: "<s>", "</s>", "<blank>", "<unk>"
+    eos_id: int = 1
+    pad_id: int = 2
+    unk_id: int = 3
+    layer_norm_eps: float = 1e-6  # LayerNorm(features, eps=1e-6), added to the std
+    max_len: int = 72  # greedy_decode's max_len, the start symbol included
 
 
 def key_map(config: VanillaTransformerConfig) -> list[KeyRule]:
@@ -86,7 +98,7 @@ def key_map(config: VanillaTransformerConfig) -> list[KeyRule]:
     ]
 
 
-def config_fields(weights: dict[str, torch.Tensor], args: argparse.Namespace) -> dict[str, Any]:
+def config_fields(weights: dict[str, torch.Tensor], options: AnnotatedOptions) -> dict[str, Any]:
     """Our config's fields: sizes from the weights' shapes, the rest from the options."""
     required = (SOURCE_EMBEDDING, TARGET_EMBEDDING, "generator.proj.weight", ENCODER_FFN)
     for key in required:
@@ -108,14 +120,14 @@ def config_fields(weights: dict[str, torch.Tensor], args: argparse.Namespace) ->
         d_model=weights[SOURCE_EMBEDDING].shape[1],
         encoder_layers=encoder_layers,
         decoder_layers=decoder_layers,
-        encoder_attention_heads=args.heads,
-        decoder_attention_heads=args.heads,
+        encoder_attention_heads=options.heads,
+        decoder_attention_heads=options.heads,
         encoder_ffn_dim=weights[ENCODER_FFN].shape[0],
         decoder_ffn_dim=weights["decoder.layers.0.feed_forward.w_1.weight"].shape[0],
         activation_function="relu",  # PositionwiseFeedForward: w_2(dropout(w_1(x).relu()))
-        dropout=args.dropout,
+        dropout=options.dropout,
         attention_dropout=0.1,  # make_model's MultiHeadedAttention(h, d_model) keeps its default dropout=0.1
-        activation_dropout=args.dropout,
+        activation_dropout=options.dropout,
         scale_embedding=True,  # Embeddings: lut(x) * sqrt(d_model)
         share_encoder_decoder_embeddings=same_tensor(weights, SOURCE_EMBEDDING, TARGET_EMBEDDING),
         tie_word_embeddings=same_tensor(weights, TARGET_EMBEDDING, "generator.proj.weight"),
@@ -127,16 +139,17 @@ def config_fields(weights: dict[str, torch.Tensor], args: argparse.Namespace) ->
         normalize_before=True,  # SublayerConnection: "the norm is first as opposed to last"
         add_final_layer_norm=True,  # Encoder.norm, Decoder.norm
         layer_norm_type="annotated_std",  # a_2 * (x - mean) / (std + eps) + b_2, unbiased std
-        layer_norm_eps=args.layer_norm_eps,  # added to the std, not to the variance
-        bos_token_id=args.bos_id,
-        pad_token_id=args.pad_id,
-        eos_token_id=args.eos_id,
-        decoder_start_token_id=args.bos_id,  # greedy_decode(..., start_symbol=0)
+        layer_norm_eps=options.layer_norm_eps,  # added to the std, not to the variance
+        bos_token_id=options.bos_id,
+        pad_token_id=options.pad_id,
+        eos_token_id=options.eos_id,
+        decoder_start_token_id=options.bos_id,  # greedy_decode(..., start_symbol=0)
     )
 
 
-def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -> VanillaTransformerConfig:
-    return VanillaTransformerConfig(**config_fields(weights, args))
+def vanilla_config(weights: dict[str, torch.Tensor], options: AnnotatedOptions) -> VanillaTransformerConfig:
+    """Our config for the weights and options (`config_fields`)."""
+    return VanillaTransformerConfig(**config_fields(weights, options))
 
 
 def generation_config(config: VanillaTransformerConfig, max_len: int) -> GenerationConfig:
@@ -150,39 +163,35 @@ def generation_config(config: VanillaTransformerConfig, max_len: int) -> Generat
     )
 
 
-def load_weights(args: argparse.Namespace) -> dict[str, torch.Tensor]:
+def load_weights(options: AnnotatedOptions) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors, loaded without running pickled code."""
-    return state_dict_from(safe_torch_load(args.source), args.source)
+    return state_dict_from(safe_torch_load(options.source), options.source)
 
 
-def load_annotated(args: argparse.Namespace) -> Converted:
+def load_annotated(options: AnnotatedOptions) -> Converted:
     """Convert in memory (nothing is written)."""
-    weights = load_weights(args)
-    config = vanilla_config(weights, args)
+    weights = load_weights(options)
+    config = vanilla_config(weights, options)
     facts = {
-        "Source": f"Annotated Transformer state dict `{args.source.name}`, sha256 `{sha256(args.source)}`",
-        "Settings given": f"heads {args.heads}, LayerNorm eps {args.layer_norm_eps:g} (added to the unbiased std)",
+        "Source": f"Annotated Transformer state dict `{options.source.name}`, sha256 `{sha256(options.source)}`",
+        "Settings given": f"heads {options.heads}, LayerNorm eps {options.layer_norm_eps:g} (added to the unbiased "
+        "std)",
     }
-    return converted(args, weights, config, key_map(config), generation_config(config, args.max_len), facts)
+    generation = generation_config(config, options.max_len)
+    return converted(options, weights, config, key_map(config), generation, facts)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion annotated SOURCE OUTPUT_DIR --heads H`."""
-    add_common_arguments(parser, "the Annotated Transformer's make_model(...)", IDS)
-    parser.add_argument("--layer-norm-eps", type=float, default=1e-6, help="LayerNorm(features, eps=1e-6)'s eps.")
-    parser.add_argument("--max-len", type=int, default=72, help="greedy_decode's max_len, start included (72).")
-
-
-def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
-    """Convert, verify against --reference when given, write the folder and check that it reloads exactly."""
-    result = load_annotated(args)
+def convert(options: AnnotatedOptions) -> Finished:
+    """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    result = load_annotated(options)
     result.notes += [
-        "Inputs are the Annotated Transformer's token ids; its tokenizer is spaCy, so the tokenizer here (from "
-        "--src-vocab) takes pre-tokenized, space-separated words and adds <s> ... </s> as its collate_batch.",
+        "Inputs are the Annotated Transformer's token ids; its tokenizer is spaCy, so the tokenizer here (from the "
+        "given source vocabulary) takes pre-tokenized, space-separated words and adds <s> ... </s> as its "
+        "collate_batch.",
         "`model.generate` returns token ids; the Generator's log_softmax is `logits.log_softmax(-1)`.",
     ]
     return finish_pytorch(
-        args,
+        options,
         result,
         "Annotated Transformer in hf_vanilla_transformer",
         "Converted with `python -m conversion annotated` from a state dict of harvardnlp's *The Annotated "
@@ -190,4 +199,4 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
     )
 
 
-__all__ = ["add_arguments", "config_fields", "convert", "key_map", "load_annotated", "vanilla_config"]
+__all__ = ["AnnotatedOptions", "config_fields", "convert", "key_map", "load_annotated", "vanilla_config"]

@@ -1,12 +1,13 @@
 """fairseq `transformer` checkpoints -> hf_vanilla_transformer (`python -m conversion fairseq SOURCE OUTPUT_DIR`).
 
-SOURCE is a checkpoint file (dictionaries beside it, or in `--dict-dir`) or a folder holding one with its
-`dict.<lang>.txt` files (directly or in `data-bin/`). Both checkpoint formats load, old (`args`, an
-argparse.Namespace) and new (`cfg`, plain containers), through `torch.load(weights_only=True)` with Namespace as the
-only allowed class. Supported: separate or joined dictionaries; share-all, share-decoder-input-output or untied
-embeddings; fairseq's sinusoids or learned positions; post- or pre-LN (with fairseq's final LayerNorms); relu, gelu,
-gelu_accurate and swish; fairseq's legacy weight names (fused `in_proj_weight`, `layer_norms.N`, `embed_out`).
-Settings our model cannot represent raise NotImplementedError naming them.
+`convert(FairseqOptions(SOURCE, OUTPUT_DIR, ...))`. SOURCE is a checkpoint file (dictionaries beside it, or in
+`dict_dir`) or a folder holding one with its `dict.<lang>.txt` files (directly or in `data-bin/`). Both checkpoint
+formats load, old (`args`, an argparse.Namespace) and new (`cfg`, plain containers), through
+`torch.load(weights_only=True)` with Namespace as the only allowed class. Supported: separate or joined
+dictionaries; share-all, share-decoder-input-output or untied embeddings; fairseq's sinusoids or learned positions;
+post- or pre-LN (with fairseq's final LayerNorms); relu, gelu, gelu_accurate and swish; fairseq's legacy weight
+names (fused `in_proj_weight`, `layer_norms.N`, `embed_out`). Settings our model cannot represent raise
+NotImplementedError naming them.
 
 Token ids stay fairseq's dictionary indices (<s> 0, <pad> 1, </s> 2, <unk> 3, then dict.txt in order, madeupwordNNNN
 padding included); the tokenizer is a whitespace-split WordLevel one, because fairseq data is tokenized/BPE'd
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,9 @@ from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerF
 from ._common import (
     TARGET_TOKENIZER,
     Converted,
+    Finished,
     KeyRule,
-    add_tolerance_arguments,
+    ReferenceOptions,
     finish_against_reference,
     load_with_key_map,
     safe_torch_load,
@@ -105,6 +108,20 @@ SAME = (
     ("encoder_normalize_before", "decoder_normalize_before"),
     ("encoder_learned_pos", "decoder_learned_pos"),
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FairseqOptions(ReferenceOptions):
+    """A fairseq conversion: `source` is a checkpoint file or a folder holding one; `reference` is the
+    teacher_forced.safetensors of conversion/reference/make_fairseq_reference.py."""
+
+    checkpoint: str | None = None  # the checkpoint's name in a `source` folder; None: the first of CHECKPOINT_NAMES
+    dict_dir: Path | None = None  # the folder of dict.<lang>.txt; None: beside the checkpoint, or its data-bin/
+    source_lang: str | None = None  # the source dictionary's language; None: the checkpoint's
+    target_lang: str | None = None  # the target dictionary's language; None: the checkpoint's
+    beam: int = 5  # the folder's default decoding, fairseq-generate's defaults: beam size,
+    lenpen: float = 1.0  # length penalty,
+    max_len_b: int = 200  # most tokens before </s>
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoint
@@ -244,7 +261,7 @@ def vanilla_config(
     if share_all and source_vocab != target_vocab:
         raise ValueError(
             f"share_all_embeddings=True needs one dictionary, but the source has {source_vocab} entries and the "
-            f"target {target_vocab}. Point --dict-dir at the dictionaries the model was trained with."
+            f"target {target_vocab}. Point `dict_dir` at the dictionaries the model was trained with."
         )
     learned = bool(settings["encoder_learned_pos"])
     return VanillaTransformerConfig(
@@ -322,7 +339,8 @@ def locate(source: Path, checkpoint: str | None, dict_dir: Path | None) -> tuple
         if not found:
             present = ", ".join(sorted(p.name for p in source.glob("*.pt"))) or "none"
             raise FileNotFoundError(
-                f"No {' or '.join(names)} in {source} (*.pt files there: {present}). Pass --checkpoint NAME."
+                f"No {' or '.join(names)} in {source} (*.pt files there: {present}). Pass `checkpoint`, the file's "
+                "name."
             )
         path = found[0]
     else:
@@ -332,7 +350,7 @@ def locate(source: Path, checkpoint: str | None, dict_dir: Path | None) -> tuple
         dict_dir = next((d for d in candidates if any(d.glob("dict.*.txt"))), None)
         if dict_dir is None:
             raise FileNotFoundError(
-                f"No dict.<lang>.txt beside {path} or in its data-bin/. Pass --dict-dir (fairseq-preprocess's "
+                f"No dict.<lang>.txt beside {path} or in its data-bin/. Pass `dict_dir` (fairseq-preprocess's "
                 "destdir)."
             )
     return path, dict_dir
@@ -346,13 +364,13 @@ def dictionary_paths(
     target_lang = target_lang or task.get("target_lang")
     if not source_lang or not target_lang:
         raise ValueError(
-            "The checkpoint does not name its languages (source_lang/target_lang). Pass --source-lang and "
-            f"--target-lang to choose among {', '.join(sorted(p.name for p in dict_dir.glob('dict.*.txt')))}."
+            "The checkpoint does not name its languages (source_lang/target_lang). Pass `source_lang` and "
+            f"`target_lang` to choose among {', '.join(sorted(p.name for p in dict_dir.glob('dict.*.txt')))}."
         )
     paths = dict_dir / f"dict.{source_lang}.txt", dict_dir / f"dict.{target_lang}.txt"
     for path in paths:
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found. Pass --dict-dir, or --source-lang/--target-lang.")
+            raise FileNotFoundError(f"{path} not found. Pass `dict_dir`, or `source_lang` and `target_lang`.")
     return paths
 
 
@@ -454,63 +472,34 @@ class FairseqEOSAtMaxLength(LogitsProcessor):
         return limited
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion fairseq SOURCE OUTPUT_DIR`."""
-    parser.add_argument(
-        "source",
-        type=Path,
-        help="A fairseq checkpoint, or a folder with checkpoint_best.pt (or --checkpoint) and its dict.<lang>.txt "
-        "files (there or in data-bin/).",
-    )
-    parser.add_argument("output", type=Path, help="The folder to write the converted model to.")
-    parser.add_argument(
-        "--checkpoint",
-        help=f"Checkpoint file name inside a SOURCE folder (default: the first of {', '.join(CHECKPOINT_NAMES)}).",
-    )
-    parser.add_argument("--dict-dir", type=Path, help="Folder with dict.<lang>.txt (default: beside the checkpoint).")
-    parser.add_argument("--source-lang", help="Source dictionary language (default: the checkpoint's).")
-    parser.add_argument("--target-lang", help="Target dictionary language (default: the checkpoint's).")
-    parser.add_argument(
-        "--reference",
-        type=Path,
-        help="teacher_forced.safetensors from conversion/reference/make_fairseq_reference.py: refuse the result "
-        "unless its logits match fairseq's within --atol.",
-    )
-    add_tolerance_arguments(parser)
-    parser.add_argument("--beam", type=int, default=5, help="Default beam size (fairseq-generate: 5).")
-    parser.add_argument("--lenpen", type=float, default=1.0, help="Default length penalty (fairseq-generate: 1).")
-    parser.add_argument("--max-len-b", type=int, default=200, help="Most tokens before </s> (fairseq-generate: 200).")
-
-
-def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
-    """Convert, verify against `--reference` when given, write the folder and check that it reloads exactly."""
-    checkpoint, dict_dir = locate(args.source, args.checkpoint, args.dict_dir)
+def convert(options: FairseqOptions) -> Finished:
+    """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    checkpoint, dict_dir = locate(options.source, options.checkpoint, options.dict_dir)
     converted = load_fairseq(
         checkpoint,
         dict_dir,
-        args.source_lang,
-        args.target_lang,
-        beam=args.beam,
-        lenpen=args.lenpen,
-        max_len_b=args.max_len_b,
+        options.source_lang,
+        options.target_lang,
+        beam=options.beam,
+        lenpen=options.lenpen,
+        max_len_b=options.max_len_b,
     )
     example = " ".join(converted.tokenizers[""].convert_ids_to_tokens(list(range(len(SPECIAL_SYMBOLS), 8))))
-    finish_against_reference(
-        args,
+    return finish_against_reference(
+        options,
         converted,
         source="fairseq",
-        hint="pass --reference (see conversion/reference/make_fairseq_reference.py)",
+        hint="no reference logits given; conversion/reference/make_fairseq_reference.py writes them",
         title="fairseq transformer in hf_vanilla_transformer",
         description="Converted with `python -m conversion fairseq` from a fairseq `transformer` checkpoint.",
         example=example,
         tokenizer_note="source side: pre-tokenized / BPE'd text, as for fairseq",
     )
-    return converted.model
 
 
 __all__ = [
     "FairseqEOSAtMaxLength",
-    "add_arguments",
+    "FairseqOptions",
     "convert",
     "generation_config",
     "key_map",

@@ -12,38 +12,40 @@ commutes with P and the heads are untouched because the Q/K/V outputs are not pe
 The exported folder is also meant for CTranslate2's `TransformersConverter`, whose MarianMTLoader assumes two Marian
 conventions: <pad> is the last token id (it drops the last vocabulary row) and the decoder starts from a zero vector
 (`start_from_zero_embedding`) instead of the start token's embedding. The exporter therefore moves <pad> to the last
-id, remapping the weights and the tokenizer (`--keep-token-ids` opts out), and refuses a non-zero start embedding
-(`--allow-nonzero-start-embedding` opts out: Marian in transformers stays exact, CTranslate2 does not). Models
+id, remapping the weights and the tokenizer (`keep_token_ids` opts out), and refuses a non-zero start embedding
+(`allow_nonzero_start_embedding` opts out: Marian in transformers stays exact, CTranslate2 does not). Models
 trained here keep that row at zero (hf_vanilla_transformer/training/start_embedding.py), so they export without the
 flag.
 
-Both directions run `MarianMTModel` and our model on the same inputs and refuse a logit difference above `--atol`
-(computed in float64; the float32 difference is printed too). Weights are written in float32.
+Both directions run `MarianMTModel` and our model on the same inputs and refuse a logit difference above `atol`
+(computed in float64) or `atol_fp32` (in float32). Weights are written in float32. `convert(MarianOptions(SOURCE,
+OUTPUT_DIR))` imports, `export(ToMarianOptions(SOURCE, OUTPUT_DIR, ...))` exports.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 from hf_vanilla_transformer.training.start_embedding import start_embedding_max
 from model_card import source_card_metadata
 
 from ._common import (
+    CardText,
     Converted,
+    Finished,
     KeyRule,
     SourceCheck,
-    add_tolerance_arguments,
+    SourceOptions,
     apply_key_map,
     finish,
     load_with_key_map,
@@ -51,6 +53,20 @@ from ._common import (
     usage_snippet,
     verify_logits,
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarianOptions(SourceOptions):
+    """An import: `source` is a MarianMTModel / OPUS-MT folder (config.json, weights, tokenizer)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToMarianOptions(SourceOptions):
+    """An export: `source` is a folder of our model (config.json, weights, tokenizer)."""
+
+    keep_token_ids: bool = False  # keep our ids instead of moving <pad> last (CTranslate2 then cannot read it)
+    allow_nonzero_start_embedding: bool = False  # export although CTranslate2 would start from another vector
+
 
 # The module names are Marian's by design, so most weights keep their name and shape in both directions.
 _LAYER = r"model\.(?:encoder|decoder)\.layers\.\d+\."
@@ -177,8 +193,7 @@ def compare(
     """Check that `candidate` computes `reference`'s logits on `sample_inputs`; `new_id` maps the reference's token
     ids to the candidate's (<pad> moved). Float64 within `atol` tests the conversion itself; float32 within `atol_fp32`
     what users will see: the residual-stream permutation reorders every sum, which alone moves float32 logits by
-    ~2e-6 on tiny random models and ~6e-5 on a random base-size one (init_std 0.1). Both run their plain kernels
-    (`plain_kernels`). Returns both differences."""
+    ~2e-6 on tiny random models and ~6e-5 on a random base-size one (init_std 0.1). Returns both differences."""
     inputs = sample_inputs(reference.config)
     candidate_inputs, columns = inputs, slice(None)
     if new_id is not None:
@@ -188,9 +203,8 @@ def compare(
     models["fp32"] = (reference, candidate)
     diffs = {}
     for dtype, tolerance in (("fp64", atol), ("fp32", atol_fp32)):
-        with plain_kernels():
-            expected = models[dtype][0].eval()(**inputs).logits
-            actual = models[dtype][1].eval()(**candidate_inputs).logits[..., columns]
+        expected = models[dtype][0].eval()(**inputs).logits
+        actual = models[dtype][1].eval()(**candidate_inputs).logits[..., columns]
         diffs[dtype] = verify_logits(expected, actual, tolerance, what=f"{what}, {dtype}")
     return diffs
 
@@ -257,47 +271,31 @@ def copy_tokenizer(source: Path, output: Path) -> list[str]:
     return copied
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion marian SOURCE OUTPUT_DIR`: a MarianMTModel / OPUS-MT folder -> ours."""
-    parser.add_argument(
-        "source", type=Path, help="A MarianMTModel / OPUS-MT folder (config.json, weights, tokenizer)."
-    )
-    parser.add_argument("output", type=Path, help="The folder to write the converted model to.")
-    add_tolerance_arguments(parser)
-
-
-def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
+def convert(options: MarianOptions) -> Finished:
     """Import a Marian folder, verify it against MarianMTModel, write our folder and check that it reloads."""
-    marian = load_marian(args.source)
+    marian = load_marian(options.source)
     model = marian_to_vanilla(marian)
     converted = Converted(
         model,
         GenerationConfig.from_dict(marian.generation_config.to_dict()),
-        facts={"Source": f"MarianMTModel folder `{args.source}`"},
+        facts={"Source": f"MarianMTModel folder `{options.source}`"},
         notes=[
             "Token ids, special tokens and the generation config are Marian's (<pad> starts the decoder).",
             "The tokenizer files are copied as they are; a MarianTokenizer needs `pip install sentencepiece`.",
         ],
-        source_metadata=source_card_metadata(args.source),
+        source_metadata=source_card_metadata(options.source),
     )
     check = SourceCheck(
         "MarianMTModel",
-        lambda ours, atol, atol_fp32: compare(marian, ours, atol, atol_fp32, "MarianMTModel vs ours"),
+        lambda ours, folder: compare(marian, ours, options.atol, options.atol_fp32, "MarianMTModel vs ours"),
         evidence="sample inputs (three right-padded rows)",
     )
-    finish(
-        converted,
-        args.output,
-        check,
-        (args.atol, args.atol_fp32),
-        title="Marian in hf_vanilla_transformer",
-        description=f"Converted with `python -m conversion marian` from the MarianMTModel folder `{args.source}`.",
-        usage=usage_snippet(args.output, "A sentence to translate."),
-        extra_files=lambda folder: copy_tokenizer(args.source, folder),
-        base_model=args.base_model,
-        license=args.license,
+    card = CardText(
+        "Marian in hf_vanilla_transformer",
+        f"Converted with `python -m conversion marian` from the MarianMTModel folder `{options.source}`.",
+        usage_snippet(options.output_dir, "A sentence to translate."),
     )
-    return model
+    return finish(converted, options, check, card, extra_files=lambda folder: copy_tokenizer(options.source, folder))
 
 
 # ----------------------------------------------------------------------------------------------------------- export
@@ -330,7 +328,8 @@ def vanilla_to_marian(
     if move and config.decoder_vocab_size != vocab_size:
         raise NotImplementedError(
             "Moving <pad> to the last id needs one vocabulary; this model has separate source and target "
-            "vocabularies. Pass --keep-token-ids (CTranslate2's MarianMTLoader then cannot read the export)."
+            "vocabularies. Pass move_pad_last=False to keep our token ids (CTranslate2's MarianMTLoader then cannot "
+            "read the export)."
         )
     order = pad_last_order(vocab_size, pad) if move else torch.arange(max(vocab_size, config.decoder_vocab_size))
     new_id = torch.argsort(order)
@@ -366,7 +365,7 @@ def remap_tokenizer_json(data: dict, new_id: torch.Tensor) -> dict:
         model["vocab"] = pieces
         model["unk_id"] = remap_ids(model.get("unk_id"), new_id)
     else:
-        raise NotImplementedError(f"Cannot remap the ids of a `{model['type']}` tokenizer; pass --keep-token-ids.")
+        raise NotImplementedError(f"Cannot remap the ids of a `{model['type']}` tokenizer; pass `keep_token_ids`.")
 
     def processor(node: object) -> object:
         # Post-processors name their special tokens with ids: TemplateProcessing `ids` lists, Bert/Roberta pairs.
@@ -402,47 +401,36 @@ def write_tokenizer(source: Path, output: Path, new_id: torch.Tensor) -> list[st
     after = AutoTokenizer.from_pretrained(output, trust_remote_code=False)
     for old in range(min(len(before), len(new_id))):
         if before.convert_ids_to_tokens(old) != after.convert_ids_to_tokens(int(new_id[old])):
-            raise ValueError(f"Remapping the tokenizer of {source} failed at id {old}; pass --keep-token-ids.")
+            raise ValueError(f"Remapping the tokenizer of {source} failed at id {old}; pass `keep_token_ids`.")
     return names
 
 
-def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion to-marian SOURCE OUTPUT_DIR`: ours -> a MarianMTModel folder (CTranslate2, ONNX)."""
-    parser.add_argument("source", type=Path, help="A folder of our model (config.json, weights, tokenizer).")
-    parser.add_argument("output", type=Path, help="The folder to write the MarianMTModel to.")
-    add_tolerance_arguments(parser)
-    parser.add_argument(
-        "--keep-token-ids",
-        action="store_true",
-        help="Keep our token ids instead of moving <pad> to the last id (CTranslate2 then cannot read the folder).",
-    )
-    parser.add_argument(
-        "--allow-nonzero-start-embedding",
-        action="store_true",
-        help="Export although the decoder start token's embedding is not zero; CTranslate2 starts from zeros.",
-    )
-
-
-def export(args: argparse.Namespace) -> MarianMTModel:
+def export(options: ToMarianOptions) -> Finished:
     """Export our folder to a MarianMTModel folder verified against our model, and check that it reloads exactly."""
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(args.source).float().eval()
+    source, output_dir = options.source, options.output_dir
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(source).float().eval()
     start = start_embedding_max(model)
-    if start and not args.allow_nonzero_start_embedding:
+    if start and not options.allow_nonzero_start_embedding:
         raise ValueError(
             f"The decoder start token ({model.config.decoder_start_token_id}) has a non-zero embedding (max |x| = "
             f"{start:.3e}). Marian-based runtimes (CTranslate2) start decoding from a zero vector and would translate "
             "differently. Train or fine-tune with decoder_start_embedding='zero' (the trainer's default), or pass "
-            "--allow-nonzero-start-embedding."
+            "`allow_nonzero_start_embedding`."
         )
     pad, vocab_size = model.config.pad_token_id, model.config.vocab_size
-    moves = not args.keep_token_ids and pad != vocab_size - 1
-    if moves and not any((args.source / name).is_file() for name in TOKENIZER_FILES):
+    moves = not options.keep_token_ids and pad != vocab_size - 1
+    if moves and not any((source / name).is_file() for name in TOKENIZER_FILES):
         raise ValueError(
-            f"{args.source} has no tokenizer whose ids could follow <pad> to the last id; pass --keep-token-ids."
+            f"`source` {source} has no tokenizer whose ids could follow <pad> to the last id; pass `keep_token_ids`."
+        )
+    if moves and model.config.decoder_vocab_size != vocab_size:  # vanilla_to_marian's refusal, in these terms
+        raise NotImplementedError(
+            f"Moving <pad> to the last id needs one vocabulary; `source` {source} has separate source and target "
+            "vocabularies. Pass `keep_token_ids` (CTranslate2's MarianMTLoader then cannot read the export)."
         )
     marian, new_id = vanilla_to_marian(model, move_pad_last=moves)
     facts = {
-        "Source": f"hf_vanilla_transformer folder `{args.source}`",
+        "Source": f"hf_vanilla_transformer folder `{source}`",
         "Positions": "interleaved sinusoids (§3.5), exported through the residual-stream permutation"
         if model.config.sinusoidal_layout == "interleaved"
         else "[sin | cos] sinusoids, as Marian's",
@@ -455,35 +443,40 @@ def export(args: argparse.Namespace) -> MarianMTModel:
         notes.append("The paper's GNMT length penalty / source-length limit are not Marian settings; not exported.")
     check = SourceCheck(
         "the source model",
-        lambda exported, atol, atol_fp32: compare(model, exported, atol, atol_fp32, "ours vs MarianMTModel", new_id),
+        lambda exported, folder: compare(
+            model, exported, options.atol, options.atol_fp32, "ours vs MarianMTModel", new_id
+        ),
         evidence="sample inputs (three right-padded rows)",
     )
-    ct2 = f"# CTranslate2: ct2-transformers-converter --model {args.output} --output_dir {args.output.name}-ct2"
-    finish(
-        Converted(
-            marian,
-            marian.generation_config,
-            facts=facts,
-            notes=notes,
-            source_metadata=source_card_metadata(args.source),
-        ),
-        args.output,
-        check,
-        (args.atol, args.atol_fp32),
-        title="exported to MarianMTModel",
-        description=f"Exported with `python -m conversion to-marian` from the hf_vanilla_transformer folder "
-        f"`{args.source}`; the architecture table is the source model's, which the export computes exactly.",
-        usage=usage_snippet(args.output, "A sentence to translate.", model_class="MarianMTModel", after=[ct2]),
-        card_config=model.config,
-        extra_files=lambda folder: write_tokenizer(args.source, folder, new_id),
-        base_model=args.base_model,
-        license=args.license,
+    ct2 = f"# CTranslate2: ct2-transformers-converter --model {output_dir} --output_dir {output_dir.name}-ct2"
+    card = CardText(
+        "exported to MarianMTModel",
+        f"Exported with `python -m conversion to-marian` from the hf_vanilla_transformer folder `{source}`; the "
+        "architecture table is the source model's, which the export computes exactly.",
+        usage_snippet(output_dir, "A sentence to translate.", model_class="MarianMTModel", after=[ct2]),
     )
-    return marian
+    converted = Converted(
+        marian, marian.generation_config, facts=facts, notes=notes, source_metadata=source_card_metadata(source)
+    )
+    return finish(
+        converted,
+        options,
+        check,
+        card,
+        card_config=model.config,
+        extra_files=lambda folder: write_tokenizer(source, folder, new_id),
+    )
 
 
-class ToMarian:
-    """hf_vanilla_transformer -> a MarianMTModel folder, which CTranslate2 and ONNX exporters read."""
-
-    add_arguments = staticmethod(add_export_arguments)
-    convert = staticmethod(export)
+__all__ = [
+    "MarianOptions",
+    "ToMarianOptions",
+    "compare",
+    "convert",
+    "export",
+    "load_marian",
+    "marian_to_vanilla",
+    "pad_last_order",
+    "vanilla_to_marian",
+    "write_tokenizer",
+]

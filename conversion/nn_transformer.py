@@ -8,9 +8,9 @@ buffer of interleaved sin/cos from position 0, §3.5 as written), `transformer` 
 nn.Transformer adds even after post-LN layers) and `generator` (an nn.Linear with a bias). Separate vocabularies;
 shared or tied embeddings are recognised by equal weights. Loaded with `torch.load(weights_only=True)`.
 
-What a state dict does not record comes from options with nn.Transformer's defaults: --heads (required),
---norm-first (False: post-LN), --activation relu|gelu (relu), --layer-norm-eps (1e-5), --dropout (0.1, which
-nn.Transformer applies to the attention weights, after the FFN activation and to each sub-layer output, and the
+What a state dict does not record comes from `NnTransformerOptions`, with nn.Transformer's defaults: `heads`
+(required), `norm_first` (False: post-LN), `activation` relu|gelu (relu), `layer_norm_eps` (1e-5), `dropout` (0.1,
+which nn.Transformer applies to the attention weights, after the FFN activation and to each sub-layer output, and the
 tutorial after the positions). nn.Transformer(bias=False) and other modules (kdim/vdim projections, a custom encoder
 or decoder) have no counterpart here and are refused. Token ids are the tutorial's (<unk> 0, <pad> 1, <bos> 2,
 <eos> 3 unless told otherwise); the decoder starts with <bos>; decoding is `translate`'s greedy search with
@@ -19,16 +19,16 @@ max_len = source length + 5 (the start symbol included), except that our length 
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerConfig
 
-from ._common import Converted, KeyRule, safe_torch_load, sha256, token_generation_config
+from ._common import Converted, Finished, KeyRule, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
-    add_common_arguments,
+    PytorchOptions,
     check_position_table,
     converted,
     finish_pytorch,
@@ -37,11 +37,24 @@ from ._pytorch_sources import (
     state_dict_from,
 )
 
-IDS = {"unk": 0, "pad": 1, "bos": 2, "eos": 3}  # the tutorial's special_symbols
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # nn.Transformer's string activations -> ACT2FN (exact erf GELU)
 SOURCE_EMBEDDING, TARGET_EMBEDDING = "src_tok_emb.embedding.weight", "tgt_tok_emb.embedding.weight"
 POSITIONS = "positional_encoding.pos_embedding"
 MAXLEN = 5000  # the tutorial's PositionalEncoding default, when the buffer is absent
+
+
+@dataclass(frozen=True, kw_only=True)
+class NnTransformerOptions(PytorchOptions):
+    """The tutorial's Seq2SeqTransformer: its special ids, and the nn.Transformer arguments it was built with."""
+
+    unk_id: int = 0  # the tutorial's special_symbols: <unk>, <pad>, <bos>, <eos>
+    pad_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    norm_first: bool = False  # nn.Transformer(norm_first=True): pre-LN
+    activation: str = "relu"  # nn.Transformer's activation: relu or gelu
+    layer_norm_eps: float = 1e-5  # nn.Transformer's layer_norm_eps
+    max_len_offset: int = 5  # translate's max_len = source length + this
 
 
 def key_map(config: VanillaTransformerConfig) -> list[KeyRule]:
@@ -79,7 +92,7 @@ def qkv(target: str) -> tuple[str, str, str]:
     return target.format("q"), target.format("k"), target.format("v")
 
 
-def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -> VanillaTransformerConfig:
+def vanilla_config(weights: dict[str, torch.Tensor], options: NnTransformerOptions) -> VanillaTransformerConfig:
     """Our config: sizes from the weights' shapes, the rest from the options (module docstring)."""
     required = (SOURCE_EMBEDDING, TARGET_EMBEDDING, "generator.weight", "transformer.encoder.layers.0.linear1.weight")
     for key in required:
@@ -93,8 +106,11 @@ def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -
             "The nn.Transformer was built with bias=False (its Linear and LayerNorm modules have no biases); "
             "hf_vanilla_transformer's always have them."
         )
-    if args.activation not in ACTIVATIONS:
-        raise NotImplementedError(f"activation={args.activation!r} is not supported; supported: relu, gelu.")
+    if options.activation not in ACTIVATIONS:
+        raise NotImplementedError(
+            f"`activation={options.activation}` is not supported: nn.Transformer's string activations are "
+            f"{' and '.join(f'`activation={name}`' for name in ACTIVATIONS)}."
+        )
     max_len = MAXLEN
     if POSITIONS in weights:
         table = weights[POSITIONS]
@@ -112,14 +128,14 @@ def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -
         d_model=d_model,
         encoder_layers=encoder_layers,
         decoder_layers=decoder_layers,
-        encoder_attention_heads=args.heads,
-        decoder_attention_heads=args.heads,
+        encoder_attention_heads=options.heads,
+        decoder_attention_heads=options.heads,
         encoder_ffn_dim=weights["transformer.encoder.layers.0.linear1.weight"].shape[0],
         decoder_ffn_dim=weights["transformer.decoder.layers.0.linear1.weight"].shape[0],
-        activation_function=ACTIVATIONS[args.activation],
-        dropout=args.dropout,
-        attention_dropout=args.dropout,  # nn.MultiheadAttention(dropout=dropout)
-        activation_dropout=args.dropout,  # linear2(dropout(activation(linear1(x))))
+        activation_function=ACTIVATIONS[options.activation],
+        dropout=options.dropout,
+        attention_dropout=options.dropout,  # nn.MultiheadAttention(dropout=dropout)
+        activation_dropout=options.dropout,  # linear2(dropout(activation(linear1(x))))
         scale_embedding=True,  # TokenEmbedding: embedding(tokens) * sqrt(emb_size)
         share_encoder_decoder_embeddings=shared,
         tie_word_embeddings=same_tensor(weights, TARGET_EMBEDDING, "generator.weight"),
@@ -128,13 +144,13 @@ def vanilla_config(weights: dict[str, torch.Tensor], args: argparse.Namespace) -
         position_embedding_type="sinusoidal",
         sinusoidal_layout="interleaved",
         position_offset=0,
-        normalize_before=args.norm_first,
+        normalize_before=options.norm_first,
         add_final_layer_norm=True,  # nn.Transformer's encoder.norm / decoder.norm, with either norm_first
-        layer_norm_eps=args.layer_norm_eps,
-        bos_token_id=args.bos_id,
-        pad_token_id=args.pad_id,
-        eos_token_id=args.eos_id,
-        decoder_start_token_id=args.bos_id,  # greedy_decode(..., start_symbol=BOS_IDX)
+        layer_norm_eps=options.layer_norm_eps,
+        bos_token_id=options.bos_id,
+        pad_token_id=options.pad_id,
+        eos_token_id=options.eos_id,
+        decoder_start_token_id=options.bos_id,  # greedy_decode(..., start_symbol=BOS_IDX)
     )
 
 
@@ -149,40 +165,31 @@ def generation_config(config: VanillaTransformerConfig, max_len_offset: int) -> 
     )
 
 
-def load_nn_transformer(args: argparse.Namespace) -> Converted:
+def load_nn_transformer(options: NnTransformerOptions) -> Converted:
     """Convert in memory (nothing is written)."""
-    weights = state_dict_from(safe_torch_load(args.source), args.source)
-    config = vanilla_config(weights, args)
+    weights = state_dict_from(safe_torch_load(options.source), options.source)
+    config = vanilla_config(weights, options)
     facts = {
-        "Source": f"nn.Transformer tutorial state dict `{args.source.name}`, sha256 `{sha256(args.source)}`",
-        "Settings given": f"heads {args.heads}, norm_first={args.norm_first}, activation {args.activation}, "
-        f"layer_norm_eps {args.layer_norm_eps:g}",
+        "Source": f"nn.Transformer tutorial state dict `{options.source.name}`, sha256 `{sha256(options.source)}`",
+        "Settings given": f"heads {options.heads}, norm_first={options.norm_first}, activation "
+        f"{options.activation}, layer_norm_eps {options.layer_norm_eps:g}",
     }
-    return converted(args, weights, config, key_map(config), generation_config(config, args.max_len_offset), facts)
+    generation = generation_config(config, options.max_len_offset)
+    return converted(options, weights, config, key_map(config), generation, facts)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion nn-transformer SOURCE OUTPUT_DIR --heads H`."""
-    add_common_arguments(parser, "the tutorial's Seq2SeqTransformer", IDS)
-    parser.add_argument("--norm-first", action="store_true", help="nn.Transformer(norm_first=True): pre-LN.")
-    parser.add_argument("--activation", default="relu", help="nn.Transformer's activation: relu (default) or gelu.")
-    parser.add_argument("--layer-norm-eps", type=float, default=1e-5, help="nn.Transformer's layer_norm_eps (1e-5).")
-    parser.add_argument(
-        "--max-len-offset", type=int, default=5, help="translate's max_len = source length + this (5)."
-    )
-
-
-def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
-    """Convert, verify against --reference when given, write the folder and check that it reloads exactly."""
-    result = load_nn_transformer(args)
+def convert(options: NnTransformerOptions) -> Finished:
+    """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    result = load_nn_transformer(options)
     result.notes += [
-        "Inputs are the tutorial's token ids; its tokenizer is spaCy, so the tokenizer here (from --src-vocab) "
-        "takes pre-tokenized, space-separated words and adds <bos> ... <eos> as the tutorial's text_transform.",
+        "Inputs are the tutorial's token ids; its tokenizer is spaCy, so the tokenizer here (from the given source "
+        "vocabulary) takes pre-tokenized, space-separated words and adds <bos> ... <eos> as the tutorial's "
+        "text_transform.",
         "Greedy decoding as the tutorial's translate(); at its length limit the tutorial emits one more word where "
         "this model ends with <eos>.",
     ]
     return finish_pytorch(
-        args,
+        options,
         result,
         "nn.Transformer tutorial model in hf_vanilla_transformer",
         "Converted with `python -m conversion nn-transformer` from a state dict of the `Seq2SeqTransformer` of "
@@ -190,4 +197,4 @@ def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGenerat
     )
 
 
-__all__ = ["add_arguments", "convert", "generation_config", "key_map", "load_nn_transformer", "vanilla_config"]
+__all__ = ["NnTransformerOptions", "convert", "generation_config", "key_map", "load_nn_transformer", "vanilla_config"]

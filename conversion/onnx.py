@@ -17,41 +17,54 @@ Two graphs, the usual encoder-decoder split with a key/value cache:
   the new position and present_keys / present_values (N, B, H, P + 1, Dh). The position is P.
 
 Both are traced from our model's own forward (the decoder with an `EncoderDecoderCache` built from the input
-tensors), so the graphs compute what `generate` computes. The sinusoid tables are exported with `--max-positions`
+tensors), so the graphs compute what `generate` computes. The sinusoid tables are exported with `max_positions`
 rows (our model extrapolates them on demand, which a graph cannot): longer inputs or outputs are refused by
 `OnnxTranslator`. `OnnxTranslator.generate` is greedy decoding with the folder's generation config (EOS, start and
 pad ids, the maximum length, §6.1's per-sentence `max_new_tokens_offset`, a forced EOS at the last position,
 single-token `bad_words_ids`); a generation config with other greedy settings is refused at export.
 
-The export is verified before anything is written: the ONNX logits of teacher-forced decoding, step by step
-through the cache, against our model's on sample inputs (three right-padded rows) within `--atol-fp32` (both are
-float32 computations that differ by rounding alone); the command refuses to write the folder otherwise.
+`convert(OnnxOptions(SOURCE, OUTPUT_DIR, ...))` ends in the shared `finish` step of every conversion: the folder
+(graphs, onnx_config.json, config.json, generation_config.json, tokenizer files) is written beside OUTPUT_DIR, the
+ONNX logits of teacher-forced decoding, step by step through the cache, are checked against our model's on sample
+inputs (three right-padded rows) within `atol_fp32` (both are float32 computations that differ by rounding alone),
+the model card states the measured difference, how to run the folder with onnxruntime and what of the generation
+config (§6.1's decoding) the greedy loop keeps, and only then does the folder replace OUTPUT_DIR.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES, replaced_folder
-from hf_vanilla_transformer.inference.cpu_inference import plain_kernels
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.errors import OptionError
+from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import VanillaTransformerSinusoidalPositionalEmbedding
+from model_card import source_card_metadata
 
-from ._common import ATOL_FP32, sample_inputs, verify_logits
+from ._common import (
+    CardText,
+    CommonOptions,
+    Converted,
+    Finished,
+    SourceCheck,
+    finish,
+    sample_inputs,
+    verify_logits,
+)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # an optional dependency (the `onnx` extra), imported where an export is run
     import onnxruntime
 
 ENCODER_FILE = "encoder.onnx"
@@ -177,7 +190,7 @@ def export_graphs(model: VanillaTransformerForConditionalGeneration, folder: Pat
     ]
     saved = [module.table for module in tables]
     inputs = sample_inputs(config)
-    with torch.no_grad(), plain_kernels():
+    with torch.no_grad():
         for module in tables:  # a graph cannot extend the table on demand as our model does
             module.table = module.create_table(max_positions)
         try:
@@ -246,7 +259,7 @@ class OnnxTranslator:
         session_options: onnxruntime.SessionOptions | None = None,
     ) -> None:
         try:
-            import onnxruntime
+            import onnxruntime  # optional (the `onnx` extra): only running an export needs it
         except ImportError as error:
             raise NotImplementedError(f"Running an ONNX export needs onnxruntime: {INSTALL_HINT}.") from error
         self.folder = Path(folder)
@@ -276,7 +289,8 @@ class OnnxTranslator:
         if input_ids.shape[1] > self.config["max_positions"]:
             raise ValueError(
                 f"input_ids has {input_ids.shape[1]} positions, more than the {self.config['max_positions']} this "
-                "export holds. Truncate the input, or export again with a larger --max-positions."
+                "export holds. Truncate the input, or export again with a larger max_positions "
+                "(python -m conversion to-onnx --max-positions)."
             )
         outputs = self.encoder.run(list(ENCODER_OUTPUTS), {"input_ids": input_ids, "attention_mask": mask})
         return {"encoder_attention_mask": mask, **dict(zip(ENCODER_OUTPUTS, outputs, strict=True))}
@@ -317,7 +331,7 @@ class OnnxTranslator:
             raise ValueError(
                 f"Decoding up to {cap} new tokens needs {cap + 1} positions, more than the "
                 f"{self.config['max_positions']} this export holds. Pass a smaller max_new_tokens, or export again "
-                "with a larger --max-positions."
+                "with a larger max_positions (python -m conversion to-onnx --max-positions)."
             )
         banned = [ids[0] for ids in config.bad_words_ids or [] if len(ids) == 1]
         tokens = np.full((batch, 1), config.decoder_start_token_id, dtype=np.int64)
@@ -370,8 +384,6 @@ class OnnxTranslator:
 
     def translate(self, sentences: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
         """Tokenize `sentences` with the folder's tokenizer, `generate`, and decode with the target tokenizer."""
-        from transformers import AutoTokenizer
-
         if self._tokenizers is None:
             source = AutoTokenizer.from_pretrained(self.folder)
             target_folder = self.folder / TARGET_TOKENIZER
@@ -386,68 +398,26 @@ class OnnxTranslator:
 
 
 # ------------------------------------------------------------------------------------------------ the command
-# The folder is for onnxruntime, not the Hub: its README says how to run it, no model card (no --license).
-WRITES_MODEL_CARD = False
+@dataclass(frozen=True, kw_only=True)
+class OnnxOptions(CommonOptions):
+    """An export: `source` is a folder of our model (config.json, weights, tokenizer). Its graphs are float32, so the
+    verification has the float32 bound only: onnxruntime and torch differ by summation order alone."""
 
-README = """# {name}: ONNX export of an hf_vanilla_transformer model
-
-Written by `python -m conversion to-onnx {source} {name}` (torch.onnx, dynamo exporter). Verified on export:
-max |Δ| of the teacher-forced logits against the PyTorch model = {diff:.1e} (float32, sample inputs).
-
-- `encoder.onnx`: input_ids, attention_mask (batch, source) int64 -> encoder_hidden_states and every decoder
-  layer's cross-attention keys and values, `cross_keys` / `cross_values` (layers, batch, heads, source, head_dim).
-- `decoder.onnx`: one greedy step. decoder_input_ids (batch, 1), encoder_hidden_states, encoder_attention_mask,
-  cross_keys, cross_values, past_keys / past_values (layers, batch, heads, past, head_dim; past = 0 at the first
-  step, float32) -> logits (batch, vocabulary) and present_keys / present_values (past + 1), the next step's past.
-- `onnx_config.json` (the cache's shape, `max_positions` = {max_positions}: the longest source and output),
-  `config.json` (the model's, for reference), `generation_config.json` (start token {start}, EOS {eos}, the
-  length limits), tokenizer files.
-
-Greedy decoding starts from the decoder start token, feeds each chosen token back with the present keys/values, and
-stops at EOS (finished rows are fed padding). With this package installed
-(`pip install 'hf_vanilla_transformer[onnx]'`), `OnnxTranslator` runs that loop with the generation config:
-
-    from conversion.onnx import OnnxTranslator
-    translator = OnnxTranslator("{name}")
-    print(translator.translate(["A sentence to translate."]))
-    # token ids: translator.generate(input_ids, attention_mask, max_new_tokens=50)
-
-The files themselves need only `onnxruntime`, `numpy` and a tokenizer; `OnnxTranslator.generate` in
-`conversion/onnx.py` is the loop to copy.
-"""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion to-onnx MODEL_DIR OUTPUT_DIR`: ours -> ONNX (encoder, cached decoder step)."""
-    parser.add_argument("source", type=Path, help="A folder of our model (config.json, weights, tokenizer).")
-    parser.add_argument("output", type=Path, help="The folder to write the ONNX files to.")
-    # The conversions' float32 bound (`add_tolerance_arguments`): onnxruntime and torch both compute in float32 and
-    # differ by summation order alone. Their float64 bound has no use here: the graphs are float32.
-    parser.add_argument(
-        "--atol-fp32",
-        type=float,
-        default=ATOL_FP32,
-        help=f"Largest accepted logit difference between onnxruntime and our model (default {ATOL_FP32:g}).",
-    )
-    parser.add_argument(
-        "--max-positions",
-        type=int,
-        default=DEFAULT_MAX_POSITIONS,
-        help=f"Rows of the exported sinusoid tables: the longest source and output (default {DEFAULT_MAX_POSITIONS}; "
-        "learned positions keep their table).",
-    )
+    max_positions: int = DEFAULT_MAX_POSITIONS  # rows of the sinusoid tables: the longest source and output
 
 
 def load_source(source: Path) -> VanillaTransformerForConditionalGeneration:
     """Our model from `source` in float32 eval mode; a missing folder or another model type is one clear error."""
     config_path = source / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"SOURCE {source} has no config.json; pass a folder written by train or a converter.")
+        raise FileNotFoundError(
+            f"`source` {source} has no config.json; pass a folder written by train or by a converter."
+        )
     model_type = json.loads(config_path.read_text()).get("model_type")
     if model_type != "vanilla_transformer":
         raise ValueError(
-            f"SOURCE {source} holds a {model_type!r} model, not 'vanilla_transformer'; export MarianMTModel and other "
-            "transformers models with optimum-cli export onnx."
+            f"`source` {source} holds a {model_type!r} model, not 'vanilla_transformer'; export MarianMTModel and "
+            "other transformers models with optimum-cli export onnx."
         )
     return VanillaTransformerForConditionalGeneration.from_pretrained(source, dtype=torch.float32).eval()
 
@@ -480,53 +450,127 @@ def copy_tokenizer(source: Path, folder: Path) -> list[str]:
 
 
 def verify(model: VanillaTransformerForConditionalGeneration, folder: Path, atol: float) -> float:
-    """Teacher-forced logits of the ONNX graphs (onnxruntime, through the cache) against ours on the plain kernels,
-    on `sample_inputs`; raises ValueError above `atol`. Returns the max-abs difference."""
+    """Teacher-forced logits of the ONNX graphs in `folder` (onnxruntime, through the cache) against ours, on
+    `sample_inputs`; raises ValueError above `atol`. Returns the max-abs difference."""
     inputs = sample_inputs(model.config)
-    with torch.no_grad(), plain_kernels():
+    with torch.no_grad():
         expected = model(**inputs).logits
     found = OnnxTranslator(folder).step_logits(**{name: tensor.numpy() for name, tensor in inputs.items()})
     return verify_logits(expected, torch.from_numpy(found), atol, what="ONNX (onnxruntime) vs ours, fp32")
 
 
-def convert(args: argparse.Namespace) -> Path:
-    """Export, verify against our model, and write OUTPUT_DIR atomically (nothing is written on a failure)."""
-    _onnx_modules()
-    if args.max_positions < 2:
-        raise ValueError(f"--max-positions must be at least 2, got {args.max_positions}.")
-    model = load_source(args.source)
-    check_generation_config(model.generation_config)
-    max_positions = position_limit(model, args.max_positions)
-    config = model.config
-    with replaced_folder(args.output) as folder:
-        export_graphs(model, folder, max_positions)
-        onnx_config = {
-            "format": "hf_vanilla_transformer to-onnx",
-            "encoder": ENCODER_FILE,
-            "decoder": DECODER_FILE,
-            "decoder_layers": config.decoder_layers,
-            "num_heads": config.decoder_attention_heads,
-            "head_dim": config.d_model // config.decoder_attention_heads,
-            "max_positions": max_positions,
-            "vocab_size": config.decoder_vocab_size,
-            "max_position_embeddings": config.max_position_embeddings,
-        }
-        (folder / ONNX_CONFIG_FILE).write_text(json.dumps(onnx_config, indent=2) + "\n")
-        config.to_json_file(folder / "config.json")  # for reference: the graphs need no code file
-        model.generation_config.save_pretrained(folder)
-        copied = copy_tokenizer(args.source, folder)
-        diff = verify(model, folder, args.atol_fp32)
-        readme = README.format(
-            name=args.output.name,
-            source=args.source,
-            diff=diff,
-            max_positions=max_positions,
-            start=model.generation_config.decoder_start_token_id,
-            eos=model.generation_config.eos_token_id,
+def onnx_config(config: VanillaTransformerConfig, max_positions: int) -> dict[str, Any]:
+    """`onnx_config.json`: the graphs' file names and what `OnnxTranslator` needs to shape the cache and the limits."""
+    return {
+        "format": "hf_vanilla_transformer to-onnx",
+        "encoder": ENCODER_FILE,
+        "decoder": DECODER_FILE,
+        "decoder_layers": config.decoder_layers,
+        "num_heads": config.decoder_attention_heads,
+        "head_dim": config.d_model // config.decoder_attention_heads,
+        "max_positions": max_positions,
+        "vocab_size": config.decoder_vocab_size,
+        "max_position_embeddings": config.max_position_embeddings,
+    }
+
+
+def decoding_note(config: GenerationConfig) -> str:
+    """What `OnnxTranslator.generate`, greedy decoding, keeps of the folder's decoding defaults: the model card's
+    note below its decoding table."""
+    offset = getattr(config, "max_new_tokens_offset", None)
+    kept = [
+        "the start, EOS and pad ids",
+        f"§6.1's per-sentence length limit (source length + {offset})" if offset is not None else "the length limit",
+    ]
+    if config.forced_eos_token_id is not None:
+        kept.append("the EOS forced at the limit")
+    if config.bad_words_ids:
+        kept.append("the banned tokens (`bad_words_ids`)")
+    note = f"`OnnxTranslator.generate` decodes greedily with these defaults, keeping {'; '.join(kept)}."
+    if (config.num_beams or 1) > 1:
+        penalty = "GNMT " if getattr(config, "length_penalty_type", None) == "gnmt" else ""
+        note += (
+            f" Beam search (beam size {config.num_beams}, {penalty}length penalty α {config.length_penalty:g}) is "
+            "not part of the export: its output is the greedy one, which may differ from the beam's."
         )
-        (folder / "README.md").write_text(readme)
-    print(f"Wrote {args.output}" + (f" (tokenizer files copied: {', '.join(copied)})" if copied else ""))
-    return args.output
+    return note
 
 
-__all__ = ["DecoderStepGraph", "EncoderGraph", "OnnxTranslator", "add_arguments", "convert", "export_graphs"]
+USAGE = """# pip install 'hf_vanilla_transformer[onnx]'  (onnxruntime; OnnxTranslator is the decoding loop)
+from conversion.onnx import OnnxTranslator
+
+translator = OnnxTranslator("{folder}")  # onnxruntime sessions of encoder.onnx and decoder.onnx
+print(translator.translate(["A sentence to translate."]))
+# token ids, as model.generate(num_beams=1, do_sample=False) returns them:
+# translator.generate(input_ids, attention_mask, max_new_tokens=50)"""
+NOTES = [
+    "`encoder.onnx`: input_ids, attention_mask (batch, source) int64 -> encoder_hidden_states and every decoder "
+    "layer's cross-attention keys and values, `cross_keys` / `cross_values` (layers, batch, heads, source, head_dim).",
+    "`decoder.onnx`: one step. decoder_input_ids (batch, 1), encoder_hidden_states, encoder_attention_mask, "
+    "cross_keys, cross_values, past_keys / past_values (layers, batch, heads, past, head_dim; past = 0 at the first "
+    "step, float32) -> logits (batch, vocabulary) and present_keys / present_values (past + 1), the next step's past.",
+    "Greedy decoding starts from the decoder start token, feeds each chosen token back with the present keys and "
+    "values, and stops at EOS (finished rows are fed padding). The files need only onnxruntime, numpy and a "
+    "tokenizer: `OnnxTranslator.generate` in hf_vanilla_transformer's `conversion/onnx.py` is the loop to copy.",
+    "`onnx_config.json` holds the cache's shape and `max_positions`; `config.json` is the model's, for reference.",
+]
+
+
+def convert(options: OnnxOptions) -> Finished:
+    """Export, verify against our model, and write OUTPUT_DIR with its model card (`finish`: nothing is written
+    there on a failure)."""
+    _onnx_modules()
+    if options.max_positions < 2:
+        raise OptionError(
+            f"`max_positions={options.max_positions}` must be at least 2 (the start token and one more); the "
+            f"default is {DEFAULT_MAX_POSITIONS}."
+        )
+    model = load_source(options.source)
+    check_generation_config(model.generation_config)
+    max_positions = position_limit(model, options.max_positions)
+
+    def write_model(folder: Path) -> None:
+        export_graphs(model, folder, max_positions)
+        config = onnx_config(model.config, max_positions)
+        (folder / ONNX_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        model.config.to_json_file(folder / "config.json")  # for reference: the graphs need no code file
+        model.generation_config.save_pretrained(folder)
+
+    check = SourceCheck(
+        "the PyTorch model",
+        lambda exported, folder: {"fp32": verify(exported, folder, options.atol_fp32)},
+        evidence="sample inputs (three right-padded rows), teacher-forced step by step through the cache",
+    )
+    converted = Converted(
+        model,
+        model.generation_config,
+        facts={
+            "Source": f"hf_vanilla_transformer folder `{options.source}`",
+            "Graphs": "`encoder.onnx` and `decoder.onnx` (one cached step), float32, opset 20 (torch.onnx, dynamo)",
+            "Longest source and output": f"{max_positions} positions"
+            + (" (the learned table)" if model.config.position_embedding_type == "learned" else ""),
+        },
+        notes=list(NOTES),
+        source_metadata=source_card_metadata(options.source),
+    )
+    card = CardText(
+        "exported to ONNX",
+        f"Exported with `python -m conversion to-onnx` from the hf_vanilla_transformer folder `{options.source}` "
+        "for onnxruntime: the encoder and one cached decoder step. The architecture table is the source model's, "
+        "which the graphs compute.",
+        USAGE.format(folder=options.output_dir),
+        decoding_note=decoding_note(model.generation_config),
+        library_name="onnx",
+        tags=("onnx",),
+    )
+    return finish(
+        converted,
+        options,
+        check,
+        card,
+        write_model=write_model,
+        extra_files=lambda folder: copy_tokenizer(options.source, folder),
+    )
+
+
+__all__ = ["DecoderStepGraph", "EncoderGraph", "OnnxOptions", "OnnxTranslator", "convert", "export_graphs", "verify"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,9 @@ from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_t
 from ._common import (
     TARGET_TOKENIZER,
     Converted,
+    Finished,
     KeyRule,
-    add_tolerance_arguments,
+    ReferenceOptions,
     finish_against_reference,
     load_with_key_map,
     safe_torch_load,
@@ -99,7 +101,6 @@ UNSUPPORTED = (
     ("lora_embedding", "LoRA embeddings", bool),
     ("quant_layers", "quantized layers", bool),
 )
-# OpenNMT-py's attention projections -> ours.
 # Options named in the model card.
 OPTIONS_SHOWN = (
     "position_encoding_type",
@@ -110,12 +111,23 @@ OPTIONS_SHOWN = (
     "pos_ffn_activation_fn",
     "norm_eps",
 )
+# OpenNMT-py's attention projections -> ours.
 PROJECTIONS = {
     "linear_query": "q_proj",
     "linear_keys": "k_proj",
     "linear_values": "v_proj",
     "final_linear": "out_proj",
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenNMTOptions(ReferenceOptions):
+    """An OpenNMT-py conversion: `source` is a checkpoint file or a folder holding one; `reference` is the
+    teacher_forced.safetensors of conversion/reference/make_opennmt_reference.py."""
+
+    checkpoint: str | None = None  # the checkpoint's name in a `source` folder; None: model.pt, or its only *.pt
+    beam: int = 5  # the folder's default decoding, onmt_translate's defaults: beam size,
+    max_length: int = 250  # most generated tokens
 
 
 # ---------------------------------------------------------------------------------------------------- checkpoint
@@ -350,7 +362,7 @@ def build_tokenizer(tokens: list[str]) -> PreTrainedTokenizerFast:
 
 
 def locate(source: Path, checkpoint: str | None = None) -> Path:
-    """The checkpoint file: SOURCE itself, or in a SOURCE folder `--checkpoint`, model.pt or its only *.pt."""
+    """The checkpoint file: `source` itself, or in a `source` folder `checkpoint`, model.pt or its only *.pt."""
     if source.is_file():
         return source
     if not source.is_dir():
@@ -358,13 +370,13 @@ def locate(source: Path, checkpoint: str | None = None) -> Path:
     if checkpoint:
         path = source / checkpoint
         if not path.is_file():
-            raise FileNotFoundError(f"No {checkpoint} in {source}.")
+            raise FileNotFoundError(f"No {checkpoint} in {source}. Pass as `checkpoint` the name of a file there.")
         return path
     found = [source / name for name in CHECKPOINT_NAMES if (source / name).is_file()] or sorted(source.glob("*.pt"))
     if len(found) != 1:
         present = ", ".join(path.name for path in found) or "none"
         raise FileNotFoundError(
-            f"Found {len(found)} candidate checkpoints in {source} ({present}). Pass --checkpoint."
+            f"Found {len(found)} candidate checkpoints in {source} ({present}). Pass `checkpoint`, the file's name."
         )
     return found[0]
 
@@ -434,44 +446,26 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`python -m conversion opennmt SOURCE OUTPUT_DIR`."""
-    parser.add_argument("source", type=Path, help="An OpenNMT-py 3.x checkpoint (.pt), or a folder holding one.")
-    parser.add_argument("output", type=Path, help="The folder to write the converted model to.")
-    parser.add_argument(
-        "--checkpoint", help="Checkpoint file name inside a SOURCE folder (default: model.pt, or its only *.pt)."
-    )
-    parser.add_argument(
-        "--reference",
-        type=Path,
-        help="teacher_forced.safetensors from conversion/reference/make_opennmt_reference.py: refuse the result "
-        "unless its logits match OpenNMT-py's within --atol.",
-    )
-    add_tolerance_arguments(parser)
-    parser.add_argument("--beam", type=int, default=5, help="Default beam size (onmt_translate: 5).")
-    parser.add_argument("--max-length", type=int, default=250, help="Most generated tokens (onmt_translate: 250).")
-
-
-def convert(args: argparse.Namespace) -> VanillaTransformerForConditionalGeneration:
-    """Convert, verify against `--reference` when given, write the folder and check that it reloads exactly."""
-    converted = load_opennmt(locate(args.source, args.checkpoint), beam=args.beam, max_length=args.max_length)
+def convert(options: OpenNMTOptions) -> Finished:
+    """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    checkpoint = locate(options.source, options.checkpoint)
+    converted = load_opennmt(checkpoint, beam=options.beam, max_length=options.max_length)
     tokenizer = converted.tokenizers[""]
     words = [token for token in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if "<" not in token]
-    finish_against_reference(
-        args,
+    return finish_against_reference(
+        options,
         converted,
         source="OpenNMT-py",
-        hint="pass --reference (see conversion/reference/make_opennmt_reference.py)",
+        hint="no reference logits given; conversion/reference/make_opennmt_reference.py writes them",
         title="OpenNMT-py transformer in hf_vanilla_transformer",
         description="Converted with `python -m conversion opennmt` from an OpenNMT-py (MIT) transformer checkpoint.",
         example=" ".join(words[:6]),
         tokenizer_note="source side: text as OpenNMT-py's transforms left it",
     )
-    return converted.model
 
 
 __all__ = [
-    "add_arguments",
+    "OpenNMTOptions",
     "convert",
     "generation_config",
     "key_map",

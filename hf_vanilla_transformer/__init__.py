@@ -3,10 +3,12 @@
 Importing the package registers the config and models with AutoConfig / AutoModel / AutoModelForSeq2SeqLM, marks
 them for `auto_map` so that saved folders carry their code (`trust_remote_code=True` where this package is not
 installed), and brings back `pipeline("translation")` (and `translation_xx_to_yy`) for seq2seq models.
+`prepare_for_cpu_inference(model)` is the opt-in CPU speed step for a loaded model (inference/cpu_inference.py).
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+from .inference.cpu_inference import prepare_for_cpu_inference
 from .model.configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .model.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
@@ -34,4 +36,5 @@ __all__ = [
     "VanillaTransformerPreTrainedModel",
     "VanillaTranslationPipeline",
     "__version__",
+    "prepare_for_cpu_inference",
 ]

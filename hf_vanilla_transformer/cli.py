@@ -1,33 +1,58 @@
 """`hf-vanilla-transformer` (also `python -m hf_vanilla_transformer`): train, evaluate, translate, average, push,
 curve, attention.
 
-This module only maps command-line options onto the options of `hf_vanilla_transformer.workflows` (where the work
-is done) and prints the results. `hf-vanilla-transformer train` with no options is the main job (recipes.MULTI30K):
-Multi30k EN→DE, a joint 8k BPE, the `transformer-multi30k` preset trained inside `Seq2SeqTrainer` for a wall-clock
-budget, the last checkpoints averaged (§6.1), test_2016 BLEU with the paper's decoding and example translations
-printed, and a Hub-ready model folder (`outputs/multi30k-en-de/model`) that `pipeline("translation", model=...)`
-loads and `push` uploads.
+This module only maps command-line flags onto the fields of the library's options (training/options.py, the
+`*Options` of inference/, training/, hub.py, where the work is done) and back, and prints: the library's progress
+(its "hf_vanilla_transformer" logger, INFO) goes to stdout while a command runs, and its errors, which name option
+fields (errors.py), are worded with the flags (`max_length=1` becomes `--max-length 1`). `hf-vanilla-transformer
+train` with no options is the main job (recipes.MULTI30K): Multi30k EN→DE, a joint 8k BPE, the
+`transformer-multi30k` preset trained inside `Seq2SeqTrainer` for a wall-clock budget, the last checkpoints averaged
+(§6.1), test_2016 BLEU with the paper's decoding and example translations printed, and a Hub-ready model folder
+(`outputs/multi30k-en-de/model`) that `pipeline("translation", model=...)` loads and `push` uploads.
+
+A command's library modules are imported when the command runs (or builds its options' help): they import the
+optional extras (`datasets`, `sacrebleu`), which the other commands and `--help` of the others do not need.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import itertools
 import json
 import logging
+import re
 import shlex
 import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from .files import no_space_message
+import torch.distributed
+import yaml
+from transformers import HfArgumentParser
+from transformers.utils import logging as transformers_logging
+
+from .errors import close_matches
+from .files import RESULTS_FILE, existing_file, no_space_message, writable_file
+from .hub import PushOptions, push
+from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
+from .inference.cpu_inference import keep_freed_memory
+from .inference.loading import DEVICES, model_folder
+from .model.configuration_vanilla_transformer import PRESETS
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
-from .workflows import DEFAULT_OUTPUT_DIR, RESULTS_FILE
 
 PROG = "hf-vanilla-transformer"
+PACKAGE_LOGGER = "hf_vanilla_transformer"
+
+
+class CommandLineError(ValueError):
+    """An error the command line words itself (in flags): not reworded as the library's errors are."""
 
 
 def _duration(text: str) -> float:
-    from .training.trainer import parse_duration
+    from .training.options import parse_duration
 
     try:
         return parse_duration(text)
@@ -105,6 +130,76 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
     return {name: getattr(args, name) for name in names}
 
 
+# ---------------------------------------------------------------------------------------------------- wording
+
+# A field in backticks, alone or as a keyword argument: `max_length`, `max_length=1` (errors.py).
+_FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
+# The fields whose flag says the opposite: `evaluate=False` is --no-eval.
+_NEGATED = {"evaluate": "no_eval", "progress": "no_progress"}
+
+
+def _option_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """Each option field (argparse destination) of every command, mapped to its flag (the first long one), the
+    fields of `command` first. Positional arguments (`model_dir`) keep their names."""
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    commands = [subparsers.choices[command], *subparsers.choices.values()]
+    flags: dict[str, str] = {}
+    for subparser in commands:
+        for action in subparser._actions:
+            long = [text for text in action.option_strings if text.startswith("--")]
+            if long and action.dest not in flags:
+                flags[action.dest] = long[0]
+    return flags
+
+
+def _flag_wording(message: str, flags: Mapping[str, str], quoted: bool = True) -> str:
+    """`message` of the library in the command line's words: each field in backticks becomes its flag (`max_length`
+    -> `--max-length`, `max_length=1` -> `--max-length 1`, `evaluate=False` -> `--no-eval`), the backticks kept where
+    `quoted` (errors) and dropped otherwise (progress lines). Backticked text that is no option field stays."""
+
+    def word(match: re.Match[str]) -> str:
+        name, value = match.groups()
+        if name in _NEGATED and value == "False" and _NEGATED[name] in flags:
+            text = flags[_NEGATED[name]]
+        elif name in flags:
+            text = flags[name] if value is None else f"{flags[name]} {value}"
+        else:
+            return match.group(0)
+        return f"`{text}`" if quoted else text
+
+    return _FIELD.sub(word, message)
+
+
+class _FlagWording(logging.Formatter):
+    """Log records of this package in the command line's words (`_flag_wording`); others as they are."""
+
+    def __init__(self, fmt: str, flags: Mapping[str, str], quoted: bool) -> None:
+        super().__init__(fmt)
+        self.flags, self.quoted = flags, quoted
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return _flag_wording(text, self.flags, self.quoted) if record.name.startswith(PACKAGE_LOGGER) else text
+
+
+@contextlib.contextmanager
+def _printed_progress(flags: Mapping[str, str]) -> Iterator[None]:
+    """For the body: the package's progress (INFO records) on stdout, one message a line as `print` wrote it and
+    flushed at once; its warnings keep going to stderr through the root logger (`main`)."""
+    package = logging.getLogger(PACKAGE_LOGGER)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    handler.setFormatter(_FlagWording("%(message)s", flags, quoted=False))
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
+
+
 # ---------------------------------------------------------------------------------------------------- train
 
 # TrainOptions fields whose command-line options have the same name (the rest are mapped in `run_train`).
@@ -135,8 +230,8 @@ def _budget(recipe: Recipe) -> str:
 
 def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     """The `train` options; the defaults of those a recipe sets are `recipe`'s (the one `--recipe` names)."""
-    from .model.configuration_vanilla_transformer import PRESETS
     from .training.data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
+    from .training.options import DEFAULT_OUTPUT_DIR
     from .training.trainer import LR_SCHEDULES
 
     parser = subparsers.add_parser(
@@ -405,16 +500,13 @@ def _given(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[dict[str, 
 
 def _trainer_parser() -> argparse.ArgumentParser:
     """transformers' HfArgumentParser over VanillaSeq2SeqTrainingArguments (what run_translation.py parses), whose
-    errors are one-line WorkflowErrors instead of a usage message and exit."""
-    from transformers import HfArgumentParser
-
+    errors are one-line CommandLineErrors instead of a usage message and exit."""
     from .training.trainer import VanillaSeq2SeqTrainingArguments
-    from .workflows import WorkflowError
 
     parser = HfArgumentParser(VanillaSeq2SeqTrainingArguments)
 
     def error(message: str) -> None:
-        raise WorkflowError(f"Trainer argument: {message}.")
+        raise CommandLineError(f"Trainer argument: {message}.")
 
     parser.error = error  # type: ignore[method-assign]
     return parser
@@ -423,8 +515,6 @@ def _trainer_parser() -> argparse.ArgumentParser:
 def _trainer_arguments(argv: list[str], ours: list[str]) -> dict[str, Any]:
     """The Trainer arguments in `argv` (what the `train` options left), typed as HfArgumentParser types them; an
     unknown one is an error naming the closest of `ours` (the `train` options) and the Trainer's."""
-    from .workflows import WorkflowError, close_matches
-
     if not argv:
         return {}
     parser = _trainer_parser()
@@ -432,12 +522,12 @@ def _trainer_arguments(argv: list[str], ours: list[str]) -> dict[str, Any]:
     if unknown:
         option = next((text for text in unknown if text.startswith("-")), None)
         if option is None:
-            raise WorkflowError(
+            raise CommandLineError(
                 f"`train` takes no value {unknown[0]!r} here; it follows no option. Check the quoting."
             )
         known = ours + [text for action in parser._actions for text in action.option_strings]
         name = option.split("=", 1)[0]
-        raise WorkflowError(
+        raise CommandLineError(
             f"Unknown option `{name}`{close_matches(name, known)}: `train` takes its own options (--help) and the "
             "fields of Seq2SeqTrainingArguments as --FIELD VALUE."
         )
@@ -448,21 +538,20 @@ def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict
     """(TrainOptions values with `recipe`, Trainer arguments) of a --config file. Keys are TrainOptions field names
     (dashes read as underscores) or Trainer argument names; string values are typed as on the command line (so
     durations such as "1h" and YAML's "1e-3" work), other values are taken as the file types them."""
-    import yaml
+    from .training.options import TrainOptions
+    from .training.train import trainer_argument_names
 
-    from .workflows import TrainOptions, WorkflowError, close_matches, existing_file, trainer_argument_names
-
-    file = existing_file(path, "--config")
+    file = existing_file(path, "config")
     try:
         text = file.read_text(encoding="utf-8")
         content = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
         problem = " ".join(str(error).split())
-        raise WorkflowError(f"`--config` {path} is not valid {file.suffix[1:].upper()}: {problem}") from None
+        raise CommandLineError(f"`--config` {path} is not valid {file.suffix[1:].upper()}: {problem}") from None
     if file.suffix not in (".json", ".yaml", ".yml"):
-        raise WorkflowError(f"`--config` {path}: name a .yaml, .yml or .json file.")
+        raise CommandLineError(f"`--config` {path}: name a .yaml, .yml or .json file.")
     if not isinstance(content, dict):
-        raise WorkflowError(f"`--config` {path} must hold a mapping of option names to values.")
+        raise CommandLineError(f"`--config` {path} must hold a mapping of option names to values.")
     fields = {item.name for item in dataclasses.fields(TrainOptions)} - {"command", "trainer_args"}
     ours_by_dest = {action.dest: action for action in train_parser._actions}
     trainer_names = trainer_argument_names()
@@ -476,13 +565,13 @@ def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict
                 try:
                     value = action.type(value)
                 except argparse.ArgumentTypeError as error:
-                    raise WorkflowError(f"`--config` {path}: `{key}`: {error}.") from None
+                    raise CommandLineError(f"`--config` {path}: `{key}`: {error}.") from None
             ours[name] = value
         elif name in trainer_names:
             trainer[name] = _trainer_arguments([f"--{name}", value], [])[name] if isinstance(value, str) else value
         else:
             known = sorted(fields | {"recipe"}) + trainer_names
-            raise WorkflowError(
+            raise CommandLineError(
                 f"`--config` {path}: unknown key `{key}`{close_matches(name, known)}. Keys are TrainOptions names "
                 "(the options' names with underscores) and Seq2SeqTrainingArguments fields."
             )
@@ -491,8 +580,9 @@ def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict
 
 def run_train(args: argparse.Namespace) -> int:
     """The `train` subcommand: the recipe, overridden by the --config file, overridden by the options given, through
-    `workflows.train`; what the `train` options do not name are Trainer arguments."""
-    from .workflows import TrainOptions, WorkflowError, train
+    `training.train.train`; what the `train` options do not name are Trainer arguments."""
+    from .training.options import TrainOptions
+    from .training.train import train
 
     given = _given(args.train_parser, args.argv[1:])[0]
     ours, trainer = _read_config(args.config, args.train_parser) if args.config is not None else ({}, {})
@@ -502,7 +592,7 @@ def run_train(args: argparse.Namespace) -> int:
             ours[name] = not given[flag]
     recipe = given.get("recipe", ours.pop("recipe", DEFAULT_RECIPE.name))
     if recipe not in RECIPES:
-        raise WorkflowError(f"`recipe` {recipe!r} in --config {args.config}: pick one of {sorted(RECIPES)}.")
+        raise CommandLineError(f"`recipe` {recipe!r} in --config {args.config}: pick one of {sorted(RECIPES)}.")
     ours_options = [text for action in args.train_parser._actions for text in action.option_strings]
     trainer.update(_trainer_arguments(args.trainer_argv, ours_options))
     options = TrainOptions.from_recipe(
@@ -511,8 +601,6 @@ def run_train(args: argparse.Namespace) -> int:
     result = train(options)
     if result is not None:  # None: a process of a distributed run other than the one that writes the results
         print(f"Done in {result.summary['seconds'] / 60:.1f} minutes. Results: {result.results_file}", flush=True)
-    import torch.distributed
-
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Training ended on every process: the command's process group goes before the interpreter does. A gloo
         # group left to the exit aborted a torchrun process now and then ("terminate called without an active
@@ -552,8 +640,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` subcommand."""
-    from .inference.cpu_inference import keep_freed_memory
-    from .workflows import EvaluateOptions, evaluate
+    from .inference.translation import EvaluateOptions, evaluate
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
@@ -607,7 +694,7 @@ def _add_translate_parser(subparsers: Any) -> None:
         help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
         "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: a GPU if any")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
     parser.add_argument(
         "--bf16",
         action="store_true",
@@ -626,41 +713,26 @@ def _add_translate_parser(subparsers: Any) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    """The `translate` subcommand: one output line per input line, in input order (`workflows.translation_line`).
+    """The `translate` subcommand: one output line per input line, in input order (`translation.translation_line`).
     --input is read as `evaluate --src` reads its file (UTF-8, else an error naming the line, before any decoding;
     a CRLF line end is a line end); stdin the same way, line by line as it arrives."""
-    import contextlib
-    import itertools
-    from pathlib import Path
-
-    from transformers.utils import logging as transformers_logging
-
-    from .inference.cpu_inference import keep_freed_memory
+    from .inference.translation import TranslateOptions, translate_stream, translation_line
     from .training.data import LineStream, read_lines
-    from .workflows import (
-        TranslateOptions,
-        WorkflowError,
-        existing_file,
-        model_folder,
-        translate_stream,
-        translation_line,
-        writable_file,
-    )
 
     # A tool's stderr carries warnings and errors only: no bar for loading the weights.
     transformers_logging.disable_progress_bar()
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
     model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
     if args.text and args.input is not None:
-        raise WorkflowError("Pass sentences either as arguments or with `--input`, not both.")
+        raise CommandLineError("Pass sentences either as arguments or with `--input`, not both.")
     if args.output is not None:
-        output = writable_file(args.output, "--output", "text", "translations.txt")
+        output = writable_file(args.output, "output", "text", "translations.txt")
         if args.input is not None and output.resolve() == Path(args.input).resolve():
-            raise WorkflowError(f"`--output` {output} is the --input file; pass another file name.")
+            raise CommandLineError(f"`--output` {output} is the --input file; pass another file name.")
     if args.text:
         lines = args.text
     elif args.input is not None:
-        lines = read_lines(existing_file(args.input, "--input"))
+        lines = read_lines(existing_file(args.input, "input"))
     else:
         lines = LineStream(sys.stdin.buffer, "stdin")
     names = (
@@ -701,7 +773,7 @@ def _add_average_parser(subparsers: Any) -> None:
 
 def run_average(args: argparse.Namespace) -> int:
     """The `average` subcommand."""
-    from .workflows import AverageOptions, average
+    from .training.averaging import AverageOptions, average
 
     result = average(AverageOptions(args.checkpoints, args.output, args.last))
     names = ", ".join(path.name for path in result.checkpoints)
@@ -737,8 +809,6 @@ def _add_push_parser(subparsers: Any) -> None:
 
 def run_push(args: argparse.Namespace) -> int:
     """The `push` subcommand."""
-    from .workflows import PushOptions, push
-
     result = push(PushOptions(**_options(args, ("model_dir", "repo_id", "private", "revision", "force"))))
     print(f"Pushed {len(result.files)} files to {args.repo_id}: {result.url}")
     return 0
@@ -768,7 +838,7 @@ def _add_curve_parser(subparsers: Any) -> None:
 
 def run_curve(args: argparse.Namespace) -> int:
     """The `curve` subcommand."""
-    from .workflows import CurveOptions, learning_curve
+    from .training.learning_curve import CurveOptions, learning_curve
 
     names = ("run_dir", "src_lang", "tgt_lang", "batch_size", "limit", "compare_curve")
     result = learning_curve(CurveOptions(**_options(args, names), progress=not args.no_progress))
@@ -788,7 +858,7 @@ def _add_attention_parser(subparsers: Any) -> None:
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("sentence", help="the source sentence")
     parser.add_argument("--target", help="a reference translation to teacher-force (default: the model's own)")
-    parser.add_argument("--out", default="attention", help="output folder (default: ./attention)")
+    parser.add_argument("--out", default=ATTENTION_DIR, help=f"output folder (default: ./{ATTENTION_DIR})")
     parser.add_argument("--layers", type=int, nargs="+", help="0-based layers to plot (default: all)")
     parser.add_argument("--heads", type=int, nargs="+", help="0-based heads to plot (default: all)")
     parser.add_argument("--dpi", type=int, default=120)
@@ -798,8 +868,6 @@ def _add_attention_parser(subparsers: Any) -> None:
 
 def run_attention(args: argparse.Namespace) -> int:
     """The `attention` subcommand: print the paths of the written plots."""
-    from .workflows import AttentionOptions, plot_attention_maps
-
     names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi", "trust_remote_code")
     for path in plot_attention_maps(AttentionOptions(**_options(args, names))):
         print(path)
@@ -860,11 +928,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     args.argv = argv
     args.trainer_argv = extras
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    flags = _option_flags(parser, args.command)
+    # Warnings and errors on stderr; the package's progress (INFO) goes to stdout (`_printed_progress`), not here.
+    stderr = logging.StreamHandler()
+    stderr.setLevel(logging.WARNING)
+    stderr.setFormatter(_FlagWording("%(levelname)s %(name)s: %(message)s", flags, quoted=True))
+    logging.basicConfig(handlers=[stderr], level=logging.WARNING)
     try:
-        return args.func(args)
-    except (ValueError, FileNotFoundError) as error:  # WorkflowError (a ValueError) and the libraries' own checks
+        with _printed_progress(flags):
+            return args.func(args)
+    except CommandLineError as error:
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    except (ValueError, FileNotFoundError) as error:  # OptionError (a ValueError) and the libraries' own checks
+        parser.exit(2, f"{parser.prog} {args.command}: error: {_flag_wording(str(error), flags)}\n")
     except Exception as error:  # a full disk: one line naming where it was writing; any other error as it is
         name, option = _OUTPUT.get(args.command, ("model_dir", "folder"))
         message = no_space_message(error, getattr(args, name), option)

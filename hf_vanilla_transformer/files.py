@@ -1,5 +1,7 @@
-"""Writing model folders whole: the new folder is built beside the old one and swapped in with one atomic rename, so
-a reader (or a kill at any moment) sees the whole old folder or the whole new one, never a mix of the two."""
+"""Model folders and the paths the commands write: what a model folder holds; writing a model folder whole (the new
+folder is built beside the old one and swapped in with one atomic rename, so a reader, or a kill at any moment, sees
+the whole old folder or the whole new one, never a mix of the two); and the checks of the paths an option names
+(`writable_folder`, `writable_file`, `existing_file`), made before any long work."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import OptionError
+
+# The model folder inside a run folder of `train`: the Hub repository's files and nothing else.
+MODEL_DIR = "model"
+# The results of the run that wrote a model folder (`train`): scores, languages, the model card's inputs.
+RESULTS_FILE = "results.json"
 # Every tokenizer file a model folder may hold: what tokenizers' save_pretrained writes (fast and slow, BPE and
 # SentencePiece) and what the converters copy as they are (Marian's source.spm / target.spm / target_vocab.json).
 TOKENIZER_FILES = (
@@ -163,6 +171,44 @@ def replaced_folder(output_dir: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(partial, ignore_errors=True)  # the new folder on an error, the old one after the swap
 
 
+def writable_folder(path: str | os.PathLike, option: str) -> Path:
+    """Create `path` if needed and check that files can be written in it; `option` (a field) names it in the error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"  # one per process: torchrun's processes all check the folder
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as error:
+        raise OptionError(
+            f"`{option}` {path} is not a writable folder ({error.strerror or error}). Choose a folder you can "
+            "write to."
+        ) from None
+    return path
+
+
+def writable_file(path: str | os.PathLike, option: str, kind: str, example: str) -> Path:
+    """`path` as a Path after checking that it is no folder and that its folder (created if needed) is writable;
+    `option` (a field) names it in the error, `kind` says what it holds ("JSON"), `example` is a file name to
+    suggest."""
+    path = Path(path)
+    if path.is_dir():
+        raise OptionError(
+            f"`{option}` {path} is a folder; it names the {kind} file to write. Pass a file name, e.g. "
+            f"{path / example}."
+        )
+    writable_folder(path.parent, option)
+    return path
+
+
+def existing_file(path: str | os.PathLike | None, option: str) -> Path | None:
+    """`path` as a Path (None stays None) after checking that it is a file; `option` (a field) names it in the
+    error."""
+    if path is not None and not Path(path).is_file():
+        raise OptionError(f"`{option}` {path} does not exist or is not a file. Check the path.")
+    return Path(path) if path is not None else None
+
+
 def no_space_message(error: BaseException, path: str | os.PathLike, option: str) -> str | None:
     """The one-line message for a write that failed because the disk is full, or None for any other error. The
     failure comes as an OSError ENOSPC from Python, as "os error 28" inside a safetensors error, and from torch's zip
@@ -184,11 +230,16 @@ def no_space_message(error: BaseException, path: str | os.PathLike, option: str)
 
 
 __all__ = [
+    "MODEL_DIR",
     "MODEL_ENTRIES",
     "MODEL_FILES",
+    "RESULTS_FILE",
     "TARGET_TOKENIZER",
     "TOKENIZER_FILES",
+    "existing_file",
     "is_model_entry",
     "no_space_message",
     "replaced_folder",
+    "writable_file",
+    "writable_folder",
 ]

@@ -4,9 +4,10 @@ transformers 5 lists "translation" among removed tasks and raises before it look
 "translation_xx_to_yy" names likewise. Registering the task and letting those names through keeps every other task
 untouched. The registered class serves this package's models only: for any other model (NLLB, M2M100, mBART, Marian,
 whose target language needs `src_lang`/`forced_bos_token_id` handling this pipeline does not have) it raises the
-error transformers raises without this package, so importing it changes nothing for them. Where the package is not
-installed, config.json's `custom_pipelines` serves the same pipeline as remote code (see
-configuration_vanilla_transformer.py).
+error transformers raises without this package, so importing it changes nothing for them. On the CPU it prepares our
+model for CPU inference (`prepare_for_cpu_inference`), as `translate` does. Where the package is not installed,
+config.json's `custom_pipelines` serves the same pipeline as remote code (see configuration_vanilla_transformer.py),
+with the plain model.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from transformers import AutoModelForSeq2SeqLM
 from transformers import pipelines as hf_pipelines
 
+from .inference.cpu_inference import prepare_for_cpu_inference
 from .model.configuration_vanilla_transformer import NATIVE_PIPELINE, VanillaTransformerConfig
 from .model.pipeline_vanilla_translation import VanillaTranslationPipeline
 
@@ -39,13 +41,17 @@ def removed_task_error(task: str) -> KeyError:
 
 class RegisteredTranslationPipeline(VanillaTranslationPipeline):
     """`pipeline("translation")` while this package is imported: `VanillaTranslationPipeline` for this package's
-    models; for any other model, transformers' own removed-task error (see the module docstring)."""
+    models, prepared for CPU inference (`prepare_for_cpu_inference`, in place) when on the CPU in eval mode; for any
+    other model, transformers' own removed-task error (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         model = kwargs.get("model", args[0] if args else None)
         if getattr(getattr(model, "config", None), "model_type", None) != VanillaTransformerConfig.model_type:
             raise removed_task_error(kwargs.get("task") or "translation")
         super().__init__(*args, **kwargs)
+        # After super(): the pipeline has moved the model to its device. A model in training mode is left plain.
+        if self.model.device.type == "cpu" and not self.model.training:
+            prepare_for_cpu_inference(self.model)
 
 
 def _is_translation_task(task: str) -> bool:

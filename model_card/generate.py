@@ -5,6 +5,11 @@ Every number in the card comes from an input: the architecture table and paramet
 config passed), the decoding table from generation_config.json, the scores from the results dict / JSON written by
 `hf_vanilla_transformer.inference.evaluation.write_results_json`; attention maps are the folder's `attention/*.png`
 (as written by `hf-vanilla-transformer attention MODEL_DIR "..." --out MODEL_DIR/attention`). Nothing is typed by hand.
+
+This package works from plain data (config.json as a dict, file names, the attention maps' names) and imports
+nothing from `hf_vanilla_transformer`, which imports it to write the cards of what it trains: one direction, no
+circle. The few facts of the model it restates (the parameter count's formula, the file names of a model folder,
+the attention maps' names) are checked against the package by tests/test_model_card.py.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import torch
 from huggingface_hub import (
     CommitInfo,
     CommitOperationAdd,
@@ -28,11 +32,8 @@ from huggingface_hub import (
     ModelCard,
     ModelCardData,
 )
+from transformers import PretrainedConfig
 from transformers.dynamic_module_utils import get_relative_import_files
-
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.files import MODEL_FILES, TARGET_TOKENIZER, TOKENIZER_FILES
-from hf_vanilla_transformer.inference.attention_maps import PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
@@ -146,6 +147,68 @@ MULTI30K = TrainingData(
 )
 KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 
+# A model folder's files, as hf_vanilla_transformer/files.py names them (MODEL_FILES, TOKENIZER_FILES,
+# TARGET_TOKENIZER; tests/test_model_card.py checks that they agree): the card, configs and safetensors weights; every
+# tokenizer file that save_pretrained writes or a converter copies; the target side's tokenizer subfolder.
+MODEL_FILES = (
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "target_vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+TARGET_TOKENIZER = "target_tokenizer"
+# The grids `hf-vanilla-transformer attention` writes (inference/attention_maps.py's PLOTS: file stem, title), in
+# the card's order; other images in attention/ follow them.
+ATTENTION_MAPS = (
+    ("encoder_self_attention", "Encoder self-attention"),
+    ("decoder_self_attention", "Decoder self-attention (masked)"),
+    ("cross_attention", "Encoder-decoder attention"),
+)
+# The config.json fields the architecture table and the parameter count read.
+ARCHITECTURE_FIELDS = (
+    "vocab_size",
+    "decoder_vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "activation_function",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "scale_embedding",
+    "share_encoder_decoder_embeddings",
+    "tie_word_embeddings",
+    "lm_head_bias",
+    "max_position_embeddings",
+    "position_embedding_type",
+    "sinusoidal_layout",
+    "position_offset",
+    "normalize_before",
+    "add_final_layer_norm",
+    "layer_norm_eps",
+)
+
 # What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
 # the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
 # names is uploaded.
@@ -160,72 +223,105 @@ HUB_FILES = (
 )
 
 
-def _config(output_dir: Path, config: VanillaTransformerConfig | Mapping[str, Any] | None) -> VanillaTransformerConfig:
+# A model config as the card reads it: config.json's dict, or a config object (its `to_dict()`).
+CardConfig = Mapping[str, Any] | PretrainedConfig
+
+
+def architecture(config: CardConfig) -> dict[str, Any]:
+    """The config as a dict holding every field of ARCHITECTURE_FIELDS (config.json of a saved model holds them
+    all); raises ValueError naming the missing ones."""
+    settings = config.to_dict() if isinstance(config, PretrainedConfig) else dict(config)
+    missing = [name for name in ARCHITECTURE_FIELDS if name not in settings]
+    if missing:
+        raise ValueError(
+            f"The model config lacks {', '.join(missing)}: the card describes a complete vanilla_transformer "
+            "config. Pass the config.json that save_pretrained writes, or config.to_dict()."
+        )
+    return settings
+
+
+def _config(output_dir: Path, config: CardConfig | None) -> dict[str, Any]:
     if config is None:
         path = output_dir / "config.json"
         if not path.is_file():
             raise ValueError(f"No config given and no {path}. Save the model there first, or pass `config`.")
         config = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(config, Mapping):
-        config = VanillaTransformerConfig.from_dict(dict(config))
-    return config
+    return architecture(config)
 
 
-def count_parameters(config: VanillaTransformerConfig) -> int:
-    """Parameters of the model `config` describes, tied matrices once; built on the meta device (no memory)."""
-    with torch.device("meta"):
-        model = VanillaTransformerForConditionalGeneration(config)
-    return sum(parameter.numel() for parameter in model.parameters())
+def count_parameters(config: CardConfig) -> int:
+    """Parameters of the model `config` describes, tied matrices once, by the model's layout (modeling's
+    modules: embeddings, learned position tables per stack, 4 attention projections with biases, the FFN's two
+    linears, 2 LayerNorms per encoder layer and 3 per decoder layer, the final ones, the output layer)."""
+    c = architecture(config)
+    d = c["d_model"]
+
+    def linear(inputs: int, outputs: int) -> int:
+        return inputs * outputs + outputs
+
+    attention, norm = 4 * linear(d, d), 2 * d
+    encoder_layer = attention + linear(d, c["encoder_ffn_dim"]) + linear(c["encoder_ffn_dim"], d) + 2 * norm
+    decoder_layer = 2 * attention + linear(d, c["decoder_ffn_dim"]) + linear(c["decoder_ffn_dim"], d) + 3 * norm
+    layers = c["encoder_layers"] * encoder_layer + c["decoder_layers"] * decoder_layer
+    final_norms = 2 * norm if c["add_final_layer_norm"] else 0
+    vocab, decoder_vocab = c["vocab_size"], c["decoder_vocab_size"]
+    embeddings = vocab * d if c["share_encoder_decoder_embeddings"] else (vocab + decoder_vocab) * d
+    positions = 0
+    if c["position_embedding_type"] == "learned":  # one table per stack, rows shifted by the offset
+        positions = 2 * (c["max_position_embeddings"] + c["position_offset"]) * d
+    output = (0 if c["tie_word_embeddings"] else decoder_vocab * d) + (decoder_vocab if c["lm_head_bias"] else 0)
+    return embeddings + positions + layers + final_norms + output
 
 
-def architecture_rows(config: VanillaTransformerConfig) -> list[tuple[str, str, str]]:
+def architecture_rows(config: CardConfig) -> list[tuple[str, str, str]]:
     """(setting, this model, paper base model) rows, §3 and Table 3."""
+    c = architecture(config)
 
     def pair(encoder: object, decoder: object) -> str:
         return f"{encoder}" if encoder == decoder else f"{encoder} / {decoder}"
 
-    share, tie = config.share_encoder_decoder_embeddings, config.tie_word_embeddings
+    share, tie = c["share_encoder_decoder_embeddings"], c["tie_word_embeddings"]
     tying = {
         (True, True): "three-way (both embeddings and output layer)",
         (True, False): "source and target embeddings only",
         (False, True): "target embedding and output layer",
         (False, False): "none",
     }[share, tie]
-    if config.position_embedding_type == "sinusoidal":
-        positions = f"sinusoidal, {config.sinusoidal_layout}"
+    if c["position_embedding_type"] == "sinusoidal":
+        positions = f"sinusoidal, {c['sinusoidal_layout']}"
     else:
         positions = "learned"
-    if config.position_offset:
-        positions += f", offset {config.position_offset}"
-    norm = "pre-LN" if config.normalize_before else "post-LN"
-    if config.add_final_layer_norm:
+    if c["position_offset"]:
+        positions += f", offset {c['position_offset']}"
+    norm = "pre-LN" if c["normalize_before"] else "post-LN"
+    if c["add_final_layer_norm"]:
         norm += ", final LayerNorm per stack"
-    vocab = f"{config.vocab_size} shared" if share else f"{config.vocab_size} / {config.decoder_vocab_size}"
-    parameters = count_parameters(config)
+    vocab = f"{c['vocab_size']} shared" if share else f"{c['vocab_size']} / {c['decoder_vocab_size']}"
+    parameters = count_parameters(c)
     return [
-        ("Layers N (encoder / decoder)", pair(config.encoder_layers, config.decoder_layers), "6"),
-        ("d_model", str(config.d_model), "512"),
-        ("Heads h", pair(config.encoder_attention_heads, config.decoder_attention_heads), "8"),
+        ("Layers N (encoder / decoder)", pair(c["encoder_layers"], c["decoder_layers"]), "6"),
+        ("d_model", str(c["d_model"]), "512"),
+        ("Heads h", pair(c["encoder_attention_heads"], c["decoder_attention_heads"]), "8"),
         (
             "d_k = d_v",
-            pair(config.d_model // config.encoder_attention_heads, config.d_model // config.decoder_attention_heads),
+            pair(c["d_model"] // c["encoder_attention_heads"], c["d_model"] // c["decoder_attention_heads"]),
             "64",
         ),
-        ("d_ff", pair(config.encoder_ffn_dim, config.decoder_ffn_dim), "2048"),
-        ("Activation", config.activation_function, "relu"),
-        ("Dropout P_drop", f"{config.dropout:g}", "0.1"),
+        ("d_ff", pair(c["encoder_ffn_dim"], c["decoder_ffn_dim"]), "2048"),
+        ("Activation", c["activation_function"], "relu"),
+        ("Dropout P_drop", f"{c['dropout']:g}", "0.1"),
         (
             "Attention / activation dropout",
-            f"{config.attention_dropout:g} / {config.activation_dropout:g}",
+            f"{c['attention_dropout']:g} / {c['activation_dropout']:g}",
             "none",
         ),
         ("Vocabulary", vocab, "~37000 shared BPE (EN-DE)"),
         ("Weight tying (§3.4)", tying, "three-way"),
-        ("Embeddings × √d_model (§3.4)", "yes" if config.scale_embedding else "no", "yes"),
+        ("Embeddings × √d_model (§3.4)", "yes" if c["scale_embedding"] else "no", "yes"),
         ("Positional encoding (§3.5)", positions, "sinusoidal, interleaved"),
         ("Layer normalization (§3.1)", norm, "post-LN"),
-        ("LayerNorm ε", f"{config.layer_norm_eps:g}", "not given"),
-        ("Output-layer bias", "yes" if config.lm_head_bias else "no", "no"),
+        ("LayerNorm ε", f"{c['layer_norm_eps']:g}", "not given"),
+        ("Output-layer bias", "yes" if c["lm_head_bias"] else "no", "no"),
         ("Parameters", f"{parameters / 1e6:.1f}M ({parameters:,})" if parameters >= 1e6 else f"{parameters:,}", "65M"),
     ]
 
@@ -323,7 +419,7 @@ def _eval_results(results: dict[str, Any], task_name: str) -> list[EvalResult]:
 
 def render_model_card(
     output_dir: str | Path,
-    config: VanillaTransformerConfig | Mapping[str, Any] | None = None,
+    config: CardConfig | None = None,
     results: Mapping[str, Any] | str | Path | None = None,
     languages: Sequence[str] = (),
     datasets: Sequence[str] = (),
@@ -394,8 +490,8 @@ def render_model_card(
     if generation_path.is_file():
         decoding, paper_decoding = decoding_rows(json.loads(generation_path.read_text(encoding="utf-8")))
     # The three grids of plot_attention first, in its order, then any other image.
-    order = [f"{stem}.png" for stem, *_ in PLOTS]
-    titles = {f"{stem}.png": title for stem, title, *_ in PLOTS}
+    order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
+    titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
     images = sorted(
         (output_dir / "attention").glob("*.png"),
         key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
@@ -463,8 +559,11 @@ def render_converted_card(
     usage: str,
     notes: Sequence[str] = (),
     *,
-    config: VanillaTransformerConfig | None = None,
+    config: CardConfig | None = None,
     generation: Mapping[str, Any] | None = None,
+    decoding_note: str = "",
+    library_name: str = "transformers",
+    tags: Sequence[str] = (),
     source: str | None = None,
     license: str | None = None,
     base_model: str | None = None,
@@ -472,9 +571,11 @@ def render_converted_card(
     languages: Sequence[str] = (),
 ) -> ModelCard:
     """The card of a checkpoint converted from another implementation: what it is (`title`, `description`), where
-    it comes from and how it was verified (`facts`, a two-column table), the architecture table of `config` (ours;
-    None for a model of another class) and the decoding table of `generation` (generation_config.json's values),
-    the `usage` code and the `notes`.
+    it comes from and how it was verified (`facts`, a two-column table), the architecture table of `config` (ours,
+    as config.json's dict; None for a model of another class) and the decoding table of `generation`
+    (generation_config.json's values) with `decoding_note` below it (what a runtime keeps of them), the `usage` code
+    and the `notes`. `library_name` and `tags` (besides translation and CONVERTED_TAGS) describe the folder's files
+    on the Hub (an ONNX export: "onnx").
 
     Metadata: `license` (given by the user) or the one the source's own card states (`source_metadata`, see
     `source_card_metadata`), else none; `base_model` the source's Hub id when the user gives it; `language` from
@@ -491,9 +592,9 @@ def render_converted_card(
     card_data = ModelCardData(
         language=languages or None,
         **license_fields,
-        library_name="transformers",
+        library_name=library_name,
         pipeline_tag="translation",
-        tags=["translation", *CONVERTED_TAGS],
+        tags=["translation", *CONVERTED_TAGS, *tags],
         datasets=source_metadata.get("datasets"),
         base_model=base_model,
         model_name=title,
@@ -507,6 +608,7 @@ def render_converted_card(
         facts=list(facts.items()),
         architecture=architecture_rows(config) if config is not None else None,
         decoding=decoding_rows(generation)[0] if generation is not None else None,
+        decoding_note=decoding_note,
         usage=usage.strip(),
         notes=list(notes),
         license=license_fields,
@@ -518,7 +620,7 @@ def render_converted_card(
 
 def write_model_card(
     output_dir: str | Path,
-    config: VanillaTransformerConfig | Mapping[str, Any] | None = None,
+    config: CardConfig | None = None,
     results: Mapping[str, Any] | str | Path | None = None,
     languages: Sequence[str] = (),
     datasets: Sequence[str] = (),
@@ -700,10 +802,13 @@ def push_folder_to_hub(
 
 
 __all__ = [
+    "ATTENTION_MAPS",
     "HUB_FILES",
     "MULTI30K",
+    "CardConfig",
     "RepositoryNotEmptyError",
     "TrainingData",
+    "architecture",
     "architecture_rows",
     "card_for_repository",
     "card_from_results",

@@ -55,8 +55,8 @@ def test_bf16_option(flags, bf16) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "--src-lang", "xx"], "`src_lang` must be one of en, de, fr for Multi30k, got 'xx'"),
-        (["train", "--tgt-lang", "en"], "`src_lang` and `tgt_lang` must differ"),
+        (["train", "--src-lang", "xx"], "`--src-lang` must be one of en, de, fr for Multi30k, got 'xx'"),
+        (["train", "--tgt-lang", "en"], "`--src-lang` and `--tgt-lang` must differ"),
         (["train", "--preset", "transformer-huge"], "invalid choice: 'transformer-huge'"),
         (["train", "--attn-implementation", "flash"], "invalid choice: 'flash'"),
         (["train", "--bf16", "maybe"], "invalid choice: 'maybe'"),
@@ -248,7 +248,7 @@ def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, c
     (tmp_path / "config.json").write_text('{"model_type": "vanilla_transformer"}')
     (tmp_path / "tokenizer.json").write_text("{}")
     code, _, err = run(["evaluate", str(tmp_path), "--src-lang", "xx"], capsys)
-    assert code == 2 and "`src_lang` must be one of en, de, fr for Multi30k, got 'xx'" in err
+    assert code == 2 and "`--src-lang` must be one of en, de, fr for Multi30k, got 'xx'" in err
 
 
 # ---------------------------------------------------------------------------------------------------- bad input
@@ -361,7 +361,7 @@ def test_damaged_results_json_is_named(bpe_model, tmp_path, capsys) -> None:
     shutil.copytree(bpe_model, folder)
     (folder / "results.json").write_text('{"languages": ')
     code, _, err = run(["evaluate", str(folder)], capsys)
-    one_line_error(code, err, f"{folder / 'results.json'} is damaged", "Pass --src-lang and --tgt-lang")
+    one_line_error(code, err, f"{folder / 'results.json'} is damaged", "Pass `--src-lang` and `--tgt-lang`")
 
 
 def test_average_names_a_safetensors_file_with_an_absurd_header_length(bpe_model, tmp_path, capsys) -> None:
@@ -430,7 +430,7 @@ def test_remote_code_never_runs_without_trust_remote_code(bpe_model, tmp_path, c
         "attention": ["attention", str(folder), "A dog.", "--out", str(tmp_path / "maps")],
     }[command]
     code, _, err = run(argv, capsys)
-    one_line_error(code, err, "holds a model of type 'evil'", "Pass --trust-remote-code if you trust the folder")
+    one_line_error(code, err, "holds a model of type 'evil'", "Pass `--trust-remote-code` if you trust the folder")
     assert not marker.exists()
 
 

@@ -108,10 +108,10 @@ def test_existing_datasets_in_three_layouts() -> None:
 
 def test_existing_dataset_errors_name_the_value() -> None:
     translation = Dataset.from_dict({"translation": [{"en": "A dog.", "de": "Ein Hund."}]})
-    with pytest.raises(ValueError, match=r"no language 'fr' \(its languages: de, en\)\. Pass --tgt-lang"):
+    with pytest.raises(ValueError, match=r"no language 'fr' \(its languages: de, en\)\. Pass `tgt_lang`"):
         from_dataset(translation, "en", "fr")
     columns = Dataset.from_dict({"en": ["A cat."], "fr": ["Un chat."], "n": [1]})
-    with pytest.raises(ValueError, match=r"has no column 'de' \(its columns: en, fr, n\)\. Pass --src-column"):
+    with pytest.raises(ValueError, match=r"has no column 'de' \(its columns: en, fr, n\)\. Pass `src_column`"):
         from_dataset(columns, "de", "fr")
     with pytest.raises(ValueError, match=r"column 'n' holds Value\('int64'\), not text"):
         from_dataset(columns, "en", "fr", tgt_column="n")
@@ -146,7 +146,7 @@ def test_tokenize_pairs_filters_long_and_empty_pairs_explicitly(caplog) -> None:
     kept = tokenize_pairs(pairs, tokenizer, max_length=5)
     assert kept["source"] == ["w4 w5"]
     assert kept[0]["input_ids"] == [4, 5, 2] and kept[0]["labels"] == [7, 2]
-    assert "kept 1 of 4 pairs; dropped 1 with an empty side, 2 over --max-length 5 tokens" in caplog.text
+    assert "kept 1 of 4 pairs; dropped 1 with an empty side, 2 over `max_length=5` tokens" in caplog.text
     assert len(tokenize_pairs(pairs, tokenizer, max_length=None)) == 3  # only the empty pair goes
     assert DEFAULT_MAX_LENGTH >= 128
 
@@ -240,8 +240,8 @@ def test_cleaning_counts_each_reason_once() -> None:
     assert (cleaning.pairs, cleaning.empty, cleaning.too_long, cleaning.ratio, cleaning.kept) == (7, 2, 2, 1, 2)
     assert prepared.dataset["source"] == ["w4 w5", "w4 w5"]  # ratios 2 (kept: not above 2) and 1.5
     assert cleaning.summary() == (
-        "Cleaning: kept 2 of 7 pairs; dropped 2 with an empty side, 2 over --max-length 6 tokens, 1 over "
-        "--max-length-ratio 2"
+        "Cleaning: kept 2 of 7 pairs; dropped 2 with an empty side, 2 over `max_length=6` tokens, 1 over "
+        "`max_length_ratio=2`"
     )
     assert prepared.source_lengths.tolist() == [3, 3] and prepared.target_lengths.tolist() == [2, 4]
     without_ratio = prepare_pairs(pairs, tiny_tokenizer(), max_length=6).cleaning
@@ -269,5 +269,5 @@ def test_tokenizer_sample_is_seeded_and_bounded() -> None:
     assert [text[1:] for text in sample[:10]] == [text[1:] for text in sample[10:]]  # both sides of 10 pairs
     assert len(set(sample)) == 20 and sample != list(tokenizer_sample(pairs, 21, seed=4))
     assert DEFAULT_TOKENIZER_SAMPLE >= 2 * 29_000  # Multi30k's BPE is trained on all of it
-    with pytest.raises(ValueError, match="--tokenizer-sample"):
+    with pytest.raises(ValueError, match="`tokenizer_sample`"):
         next(tokenizer_sample(pairs, 1))

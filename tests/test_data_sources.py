@@ -12,7 +12,8 @@ from datasets import Dataset, DatasetDict
 
 from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
-from hf_vanilla_transformer.workflows import TrainOptions, _load_training_data
+from hf_vanilla_transformer.training.options import TrainOptions
+from hf_vanilla_transformer.training.run_data import load_training_data
 
 PAIRS = 60  # enough for a BPE of 400 tokens and two updates; a few seconds a run
 
@@ -101,7 +102,7 @@ def test_save_to_disk_dataset_dict_gives_train_validation_and_test(
     splits = {"train": rows[:50], "validation": rows[50:55], "test": rows[55:]}
     folder = tmp_path / "saved"
     DatasetDict({name: Dataset.from_dict({"translation": part}) for name, part in splits.items()}).save_to_disk(folder)
-    data = _load_training_data(TrainOptions(dataset=folder))
+    data = load_training_data(TrainOptions(dataset=folder))
     assert (len(data.train), len(data.valid), len(data.test), data.name) == (50, 5, 5, "saved")
     assert data.valid[0] == {"source": multi30k_pairs["en"][50], "target": multi30k_pairs["de"][50]}
     # Files replace a split; a split can be picked by name (here the validation split tests).
@@ -110,7 +111,7 @@ def test_save_to_disk_dataset_dict_gives_train_validation_and_test(
     options = TrainOptions(
         dataset=folder, valid_src=tmp_path / "v.en", valid_tgt=tmp_path / "v.de", test_split="validation"
     )
-    data = _load_training_data(options)
+    data = load_training_data(options)
     assert data.valid["target"] == ["Ein Hund."] and data.test["source"] == multi30k_pairs["en"][50:55]
     with pytest.raises(_TrainingStartedError, match=r"^50$"):
         main(train_argv(tmp_path / "run", "--dataset", str(folder)))
@@ -121,7 +122,7 @@ def test_a_folder_of_data_files_gives_its_splits(multi30k_pairs, tmp_path) -> No
     """A folder of train/validation files (not save_to_disk) is read by load_dataset, splits named by the files."""
     write_jsonl(tmp_path / "train.jsonl", multi30k_pairs)
     write_jsonl(tmp_path / "validation.jsonl", {lang: lines[:3] for lang, lines in multi30k_pairs.items()})
-    data = _load_training_data(TrainOptions(dataset=tmp_path, src_lang="de", tgt_lang="en"))
+    data = load_training_data(TrainOptions(dataset=tmp_path, src_lang="de", tgt_lang="en"))
     assert (len(data.train), len(data.valid), data.test) == (PAIRS, 3, None)
     assert data.valid["source"] == multi30k_pairs["de"][:3]
 
@@ -182,7 +183,7 @@ BAD_INPUTS = {
         ["pairs.csv", "UTF-8", r"line 3\b"],
     ),
     "not parquet": (*dataset("pairs.parquet", b"PAR1 not really"), ["pairs.parquet", "could not be read", "Check"]),
-    "unknown file type": (*dataset("pairs.txt", TWO_LINES), ["pairs.txt", "'.txt'", "--train-src/--train-tgt"]),
+    "unknown file type": (*dataset("pairs.txt", TWO_LINES), ["pairs.txt", "'.txt'", "`--train-src`/`--train-tgt`"]),
     "Hub dataset unreachable": (
         {},
         ["--dataset", "no-such-org/no-such-set"],
@@ -190,7 +191,7 @@ BAD_INPUTS = {
     ),
     "config of a local file": (
         *dataset("pairs.jsonl", TRANSLATION_JSONL, "--dataset-config", "de-en"),
-        ["pairs.jsonl", "is a local path", "Drop --dataset-config"],
+        ["pairs.jsonl", "is a local path", "Drop `--dataset-config`"],
     ),
     "missing dataset": ({}, ["--dataset", "{dir}/nowhere.jsonl"], ["nowhere.jsonl", "does not exist"]),
 }

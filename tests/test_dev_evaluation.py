@@ -150,11 +150,21 @@ def test_dev_evaluation_batches_keep_the_models_generation_config(corpus, tmp_pa
 
 def test_dev_loss_is_the_loss_of_the_weights_at_that_update(corpus, tmp_path, capsys, monkeypatch) -> None:
     """Each evaluation scores the weights of its own update: the logged dev loss equals the label-smoothed loss of the
-    checkpoint saved at that update, recomputed here. Every product takes the packed CPU path (threshold 0), whose
-    weight copies the fused Adam step (the Trainer's default optimizer) must not leave stale."""
+    checkpoint saved at that update, recomputed here by the plain loaded model. The evaluations run prepared for CPU
+    inference, every product on the packed path (threshold 0); the fused Adam step (the Trainer's default
+    optimizer), which bumps no version counter, must not leave them a stale copy: the training step's
+    `model.train()` undoes the preparation, and the next evaluation packs the new weights."""
     monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    packed_calls: list[bool] = []  # whether gradients were on, per packed product
+    packed_linear = cpu_inference.packed_linear
+    monkeypatch.setattr(
+        cpu_inference,
+        "packed_linear",
+        lambda *args: packed_calls.append(torch.is_grad_enabled()) or packed_linear(*args),
+    )
     run = tmp_path / "run"
     train(corpus, run, capsys, "--max-steps", "4", "--eval-every", "1", "--average-last", "4")
+    assert packed_calls and not any(packed_calls)  # the evaluations took the packed path, training steps never
     assert json.loads((run / "trainer_arguments.json").read_text())["optim"] == "adamw_torch_fused"
     tokenizer = AutoTokenizer.from_pretrained(corpus / "tokenizer")
     sources, targets = ((corpus / f"test.{side}").read_text().splitlines() for side in ("src", "tgt"))
@@ -166,7 +176,7 @@ def test_dev_loss_is_the_loss_of_the_weights_at_that_update(corpus, tmp_path, ca
     losses = []
     for log in logs:
         model = AutoModelForSeq2SeqLM.from_pretrained(run / "checkpoints" / f"checkpoint-{log['step']}").eval()
-        with torch.no_grad(), cpu_inference.plain_kernels():
+        with torch.no_grad():
             losses.append(model(**batch, labels=labels, label_smoothing=0.1).loss.item())
     assert len(set(losses)) == len(losses)  # the weights changed between updates
     assert [log["eval_loss"] for log in logs] == pytest.approx(losses, rel=1e-4)
@@ -237,8 +247,8 @@ def test_eval_every_syntax(text, expected) -> None:
         (["--average", "best"], "`--average best` needs a validation set"),
         (["--keep-best"], "`--keep-best` needs a validation set"),
         (["--early-stopping-patience", "2"], "`--early-stopping-patience 2` needs a validation set"),
-        (["--eval-every", "0.5"], "`--eval-every 0.5`: `eval_every` '0.5' is neither 'save', a whole number"),
-        (["--average", "spread", "--average-span", "150%"], "`--average-span 150%`: `average_span` '150%': a share"),
+        (["--eval-every", "0.5"], "`--eval-every` '0.5' is neither 'save', a whole number"),
+        (["--average", "spread", "--average-span", "150%"], "`--average-span` '150%': a share"),
     ],
 )
 def test_bad_validation_options_are_refused(extra, message, corpus, tmp_path, capsys) -> None:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hf_vanilla_transformer.workflows import writable_folder
+from hf_vanilla_transformer.files import writable_folder
 
 from .train_script import run, train_args, write_corpus
 
@@ -138,10 +138,10 @@ def test_output_folder_probe_survives_another_process(tmp_path, monkeypatch) -> 
             interleaved.append(self)
             with monkeypatch.context() as other_process:
                 other_process.setattr(os, "getpid", lambda: 4_000_000)
-                writable_folder(self.parent, "--output-dir")
+                writable_folder(self.parent, "output_dir")
         return count
 
     monkeypatch.setattr(Path, "write_text", write_then_let_the_other_process_check)
-    assert writable_folder(tmp_path / "out", "--output-dir") == tmp_path / "out"
+    assert writable_folder(tmp_path / "out", "output_dir") == tmp_path / "out"
     assert interleaved, "the probe was not written with Path.write_text; update this test"
     assert not list((tmp_path / "out").iterdir())  # both probes are gone

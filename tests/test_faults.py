@@ -405,12 +405,14 @@ def test_only_real_missing_keys_are_reported_on_resume(tmp_path, monkeypatch) ->
 
 # Writes a new model folder over an old one through `replaced_folder`, counting every filesystem change (the `os`
 # calls that create, rename or remove a path, and the renameat2 swap) and SIGKILLing itself right after change
-# number argv[3] (0: never). Prints the number of changes. Loads files.py alone: no transformers import per run.
+# number argv[3] (0: never). Prints the number of changes. Loads files.py (and errors.py, which it imports) from a
+# stand-in for the package, without its __init__: no transformers import per run.
 FOLDER_WRITER = """
-import importlib.util, os, signal, sys
-spec = importlib.util.spec_from_file_location("files", sys.argv[1])
-files = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(files)
+import importlib, os, signal, sys, types
+package = types.ModuleType("package")
+package.__path__ = [os.path.dirname(sys.argv[1])]
+sys.modules["package"] = package
+files = importlib.import_module("package.files")
 kill_after, changes = int(sys.argv[3]), 0
 
 def counted(function):

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from conversion import marian
-from hf_vanilla_transformer import cli, workflows
+from hf_vanilla_transformer import cli
+from hf_vanilla_transformer.errors import OptionError
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.options import TrainOptions
 from hf_vanilla_transformer.training.recipes import FINETUNE
-from hf_vanilla_transformer.workflows import TrainOptions, WorkflowError
+from hf_vanilla_transformer.training.train import train
 
 from .conftest import tiny_tokenizer
 from .conversion.test_marian import TEXT, import_args, opus_folder  # noqa: F401 (opus_folder: a fixture)
@@ -75,9 +77,9 @@ def test_fine_tuning_on_another_slice_lowers_its_dev_loss(tmp_path, monkeypatch)
     tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
     first = copy_slice(tmp_path / "first", range(4, 33), 160, seed=1)
     second = copy_slice(tmp_path / "second", range(33, 61), 160, seed=2)
-    start = workflows.train(options(first, tmp_path / "start", 30, tokenizer=tmp_path / "tokenizer", lr=3e-3))
+    start = train(options(first, tmp_path / "start", 30, tokenizer=tmp_path / "tokenizer", lr=3e-3))
     before = dev_loss(start.model_dir, second)
-    tuned = workflows.train(options(second, tmp_path / "tuned", 30, init_from=start.model_dir, lr=3e-3))
+    tuned = train(options(second, tmp_path / "tuned", 30, init_from=start.model_dir, lr=3e-3))
     after = dev_loss(tuned.model_dir, second)
     print(f"dev loss on the second slice: start model {before:.2f}, fine-tuned {after:.2f}")
     assert after < before - 1.0
@@ -88,8 +90,8 @@ def test_fine_tuning_on_another_slice_lowers_its_dev_loss(tmp_path, monkeypatch)
     assert tuned.summary["init_from"] == str(start.model_dir) and tuned.summary["preset"] is None
     # A resume must start from the same folder (run_settings.json records it).
     shutil.copytree(start.model_dir, tmp_path / "copy")
-    with pytest.raises(WorkflowError, match=r"other settings .*--init-from .*copy .* now, .*start/model"):
-        workflows.train(options(second, tmp_path / "tuned", 31, init_from=tmp_path / "copy", resume=True))
+    with pytest.raises(OptionError, match=r"other settings .*--init-from .*copy .* now, .*start/model"):
+        train(options(second, tmp_path / "tuned", 31, init_from=tmp_path / "copy", resume=True))
 
 
 def test_init_from_a_converted_marian_folder_trains_and_writes_a_loadable_model(
@@ -119,9 +121,9 @@ def test_init_from_a_converted_marian_folder_trains_and_writes_a_loadable_model(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--preset", "transformer-base"], r"brings its own config and tokenizer, so --preset cannot apply"),
-        (["--vocab-size", "300"], r"so --vocab-size cannot apply"),
-        (["--tokenizer", "tok"], r"so --tokenizer cannot apply"),
+        (["--preset", "transformer-base"], r"brings its own config and tokenizer, so `--preset` cannot apply"),
+        (["--vocab-size", "300"], r"so `--vocab-size` cannot apply"),
+        (["--tokenizer", "tok"], r"so `--tokenizer` cannot apply"),
     ],
 )
 def test_init_from_refuses_the_options_its_folder_replaces(extra, message, tmp_path, capsys) -> None:

@@ -1,6 +1,5 @@
 """§6.1 paper decoding: GNMT length penalty, per-example maximum length, and transformers' generate left intact."""
 
-import inspect
 import json
 import math
 import os
@@ -44,29 +43,6 @@ def test_exponent_turns_transformers_penalty_into_gnmt(alpha: float) -> None:
     # transformers divides by |Y| ** exponent; the exponent must make that GNMT's lp(Y) at every length.
     for length in range(1, 300):
         assert length ** gnmt_exponent(length, alpha) == pytest.approx(gnmt_length_penalty(length, alpha), rel=1e-12)
-
-
-def test_generate_reads_the_cached_forward_signature(monkeypatch: pytest.MonkeyPatch) -> None:
-    """transformers asks for a remote-code model's forward signature at every step; the model answers from the
-    signature computed at import, which must be the forward's own (the Trainer picks dataset columns by it)."""
-    forward = VanillaTransformerForConditionalGeneration.forward
-    unwrapped = inspect.unwrap(forward)
-    computed = []
-    compute = inspect._signature_from_function
-
-    def counting(cls: type, function: object, *args: object, **kwargs: object) -> inspect.Signature:
-        computed.append(function is unwrapped)
-        return compute(cls, function, *args, **kwargs)
-
-    monkeypatch.setattr(inspect, "_signature_from_function", counting)
-    model = tiny_model()
-    assert model.is_remote_code()  # the package registers its classes for remote code
-    batch = random_batch()
-    model.generate(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], min_new_tokens=8, max_new_tokens=8
-    )
-    assert computed and not any(computed)  # signatures were asked for, never worked out for the forward
-    assert forward.__signature__ == compute(inspect.Signature, unwrapped)
 
 
 # A "model" whose next-token log-probabilities depend on the decoder prefix only, so a beam can be worked out by hand.

@@ -57,5 +57,5 @@ def test_a_bad_comparison_file_names_the_problem(content, message, tmp_path) -> 
     path.write_text(content)
     with pytest.raises(ValueError, match=re.escape(message)):
         load_comparison_curves(path)
-    with pytest.raises(ValueError, match=r"`--compare-curve` .*missing\.json is not a readable JSON file"):
+    with pytest.raises(ValueError, match=r"`compare_curve` .*missing\.json is not a readable JSON file"):
         load_comparison_curves(tmp_path / "missing.json")

@@ -1,6 +1,7 @@
 """Model card: Hub metadata that parses, a license the data allows, and every number taken from the config,
 generation config and results."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -11,14 +12,16 @@ from huggingface_hub import ModelCard
 from huggingface_hub.repocard import metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.inference.attention_maps import plot_attention
+import model_card
+from hf_vanilla_transformer import VanillaTransformerConfig, files
+from hf_vanilla_transformer.inference.attention_maps import PLOTS, plot_attention
 from hf_vanilla_transformer.inference.evaluation import evaluate_translations, write_results_json
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
+from model_card import generate as card_generator
 from model_card import render_converted_card, source_card_metadata, write_model_card
-from model_card.generate import DOMAIN_EXAMPLES, MULTI30K, PROJECT_CITATION, count_parameters
+from model_card.generate import DOMAIN_EXAMPLES, MULTI30K, PROJECT_CITATION, architecture_rows, count_parameters
 
-from .conftest import tiny_model, tiny_tokenizer
+from .conftest import tiny_config, tiny_model, tiny_tokenizer
 
 COMMAND = "hf-vanilla-transformer train --preset transformer-base --max-tokens 25000 --output-dir runs/base"
 
@@ -118,7 +121,51 @@ def test_parameter_count_of_the_base_model_by_hand() -> None:
     # (512 x 2048 + 2048 + 2048 x 512 + 512) FFN + 2 x 1024 LayerNorm = 3,152,384; x 6 = 18,914,304.
     # Decoder layer: 2 attentions 2,101,248 + FFN 2,099,712 + 3 x 1024 = 4,204,032; x 6 = 25,224,192.
     config = VanillaTransformerConfig.from_preset("transformer-base", vocab_size=37000)
-    assert count_parameters(config) == 18_944_000 + 18_914_304 + 25_224_192
+    assert count_parameters(config) == count_parameters(config.to_dict()) == 18_944_000 + 18_914_304 + 25_224_192
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"share_encoder_decoder_embeddings": False, "decoder_vocab_size": 70},
+        {"share_encoder_decoder_embeddings": False, "tie_word_embeddings": False, "lm_head_bias": True},
+        {"position_embedding_type": "learned", "position_offset": 2, "normalize_before": True},
+        {"add_final_layer_norm": True, "layer_norm_type": "annotated_std", "encoder_layers": 3, "decoder_layers": 1},
+        {"encoder_ffn_dim": 48, "decoder_ffn_dim": 80, "tie_word_embeddings": False},
+    ],
+    ids=["paper", "separate-vocabularies", "untied-biased-head", "learned-offset", "final-norms", "ffn-sizes"],
+)
+def test_parameter_count_formula_is_the_models(overrides: dict) -> None:
+    """The card counts from config.json alone (model_card imports no model code); the model built from the same
+    config must have exactly that many parameters, tied matrices once."""
+    config = tiny_config(**overrides)
+    model = tiny_model(**overrides)
+    assert count_parameters(config.to_dict()) == sum(parameter.numel() for parameter in model.parameters())
+
+
+def test_an_incomplete_config_is_refused_naming_the_fields() -> None:
+    config = tiny_config().to_dict()
+    del config["d_model"], config["lm_head_bias"]
+    with pytest.raises(ValueError, match="lacks d_model, lm_head_bias"):
+        architecture_rows(config)
+
+
+def test_model_card_imports_nothing_of_the_package() -> None:
+    """One direction: the package imports model_card to write its cards, never the other way round."""
+    for path in Path(model_card.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            assert not [name for name in names if name.split(".")[0] == "hf_vanilla_transformer"], (path, names)
+
+
+def test_what_model_card_restates_of_the_package_agrees_with_it() -> None:
+    """The file names of a model folder (what `push` uploads) and the attention maps' names and titles."""
+    assert card_generator.MODEL_FILES == files.MODEL_FILES
+    assert card_generator.TOKENIZER_FILES == files.TOKENIZER_FILES
+    assert card_generator.TARGET_TOKENIZER == files.TARGET_TOKENIZER
+    assert card_generator.ATTENTION_MAPS == tuple((stem, title) for stem, title, *_ in PLOTS)
 
 
 def _no_placeholders(text: str) -> None:

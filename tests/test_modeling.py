@@ -13,11 +13,11 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCa
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from hf_vanilla_transformer.inference import cpu_inference
-from hf_vanilla_transformer.inference.cpu_inference import _PACKED_WEIGHTS
+from hf_vanilla_transformer.inference.cpu_inference import PackedLinear, prepare_for_cpu_inference
 from hf_vanilla_transformer.model.label_smoothed_loss import linear_label_smoothed_cross_entropy
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 
-from .conftest import CODE_FILES, VOCAB, random_batch, tiny_model
+from .conftest import CODE_FILES, VOCAB, random_batch, tiny_model, tiny_tokenizer
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
@@ -70,96 +70,145 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 
 
 def plain_linear(layer: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    """What `nn.Linear.forward` computes, whatever forward the layer was given."""
+    """What `nn.Linear.forward` computes, whatever class the layer has now."""
     return torch.nn.functional.linear(hidden, layer.weight, layer.bias)
 
 
-@needs_onednn
-def test_cpu_inference_linear_uses_a_packed_weight_equal_to_the_linear(monkeypatch) -> None:
-    """The model's layers, called as the model calls them (`self.lm_head(hidden)`), take the packed path."""
+def linear_classes(model: torch.nn.Module) -> set[type]:
+    return {type(module) for module in model.modules() if isinstance(module, torch.nn.Linear)}
+
+
+def test_a_loaded_model_is_plain_until_prepared(tmp_path) -> None:
+    """A model, built or loaded, holds plain `nn.Linear` layers; `prepare_for_cpu_inference` turns them in place
+    into `PackedLinear` layers with the same Parameters (tying, state_dict keys and the saved folder unchanged)."""
     model = tiny_model()
+    model.save_pretrained(tmp_path / "plain")
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "plain")
+    assert linear_classes(model) == linear_classes(loaded) == {torch.nn.Linear}
+    parameters = dict(model.named_parameters())
+    keys = list(model.state_dict())
+    assert prepare_for_cpu_inference(model) is model
+    assert linear_classes(model) == {PackedLinear}
+    assert dict(model.named_parameters()) == parameters and list(model.state_dict()) == keys
+    assert model.lm_head.weight is model.model.shared.weight  # still tied
+    model.save_pretrained(tmp_path / "prepared")
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "prepared" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
+
+
+def test_the_registered_translation_pipeline_prepares_a_cpu_model_in_eval_mode() -> None:
+    """`pipeline("translation")` with this package imported prepares our model on the CPU, as `translate` does, and
+    translates as the plain model; a model in training mode (the tiny model has no dropout) is left as it is."""
+    from transformers import pipeline
+
+    sentences = ["w5 w6 w7 w8", "w9 w10"]
+    model = tiny_model(seed=3)
+    translator = pipeline("translation", model=model, tokenizer=tiny_tokenizer())
+    assert translator.model is model and linear_classes(model) == {PackedLinear}
+    training = tiny_model(seed=3).train()
+    reference = pipeline("translation", model=training, tokenizer=tiny_tokenizer())
+    assert linear_classes(training) == {torch.nn.Linear}
+    assert translator(sentences, max_new_tokens=5) == reference(sentences, max_new_tokens=5)
+
+
+@needs_onednn
+def test_prepared_linear_uses_a_packed_weight_equal_to_the_linear(monkeypatch) -> None:
+    """The model's layers, called as the model calls them (`self.lm_head(hidden)`), take the packed path where it
+    pays, and follow every change of the weight that bumps its version counter or replaces its storage."""
+    model = prepare_for_cpu_inference(tiny_model())
     lm_head = model.lm_head
     hidden = torch.randn(3, 5, 32)
     with torch.no_grad():
         # A float32 product below the size threshold takes the plain linear; the tiny model's are all below it.
         assert hidden.numel() * lm_head.out_features < cpu_inference.PACKED_LINEAR_MIN_MACS
         assert torch.equal(lm_head(hidden), plain_linear(lm_head, hidden))
-        assert id(lm_head.weight) not in _PACKED_WEIGHTS
+        assert lm_head.packed == {}
         monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", hidden.numel() * lm_head.out_features)
         packed = lm_head(hidden)
-        assert torch.float32 in _PACKED_WEIGHTS[id(lm_head.weight)]
+        assert set(lm_head.packed) == {torch.float32}
         torch.testing.assert_close(packed, plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
-        # A change to the weight in place (an optimizer step, load_state_dict) is seen: no stale packed copy.
+        # A change to the weight in place (load_state_dict, an optimizer's foreach step) is seen: no stale copy.
         lm_head.weight.mul_(-2.0)
         torch.testing.assert_close(lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
-        with cpu_inference.plain_kernels():
+        # So is new storage (`model.to(...)` sets `.data`).
+        lm_head.weight.data = lm_head.weight.data * 0.5
+        torch.testing.assert_close(lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
+        with torch.backends.mkldnn.flags(enabled=False):
             assert torch.equal(lm_head(hidden), plain_linear(lm_head, hidden))
-        # A layer the model did not set up follows the same rules once `use_packed_linears` gives it the forward.
-        layer = torch.nn.Linear(32, lm_head.out_features)
-        cpu_inference.use_packed_linears(layer)
-        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
-        assert torch.float32 in _PACKED_WEIGHTS[id(layer.weight)]
-    # Training takes the plain linear (gradients flow to the tied embedding); the packed copy does not break copies.
+    # Gradients wanted take the plain linear (gradients flow to the tied embedding).
     hidden.requires_grad_(True)
     logits = lm_head(hidden)
     assert torch.equal(logits, plain_linear(lm_head, hidden))
     logits.sum().backward()
     assert model.model.shared.weight.grad is not None and hidden.grad is not None
-    copied = copy.deepcopy(model)
-    with torch.no_grad():
-        torch.testing.assert_close(copied.lm_head(hidden), plain_linear(lm_head, hidden), atol=1e-5, rtol=1e-5)
-    assert id(copied.lm_head.weight) in _PACKED_WEIGHTS  # the copy's own layer was packed, not the original's
-    weight_id = id(copied.lm_head.weight)
-    del copied
-    assert weight_id not in _PACKED_WEIGHTS  # freed with its weight, at once (no reference cycle)
-    # A weight made under inference mode (no version counter) takes the plain linear.
+    # A weight made under inference mode (no version counter to watch) takes the plain linear.
     with torch.inference_mode():
-        made_there = tiny_model()
+        made_there = prepare_for_cpu_inference(tiny_model())
         assert torch.equal(made_there.lm_head(hidden), plain_linear(made_there.lm_head, hidden))
-        assert id(made_there.lm_head.weight) not in _PACKED_WEIGHTS
+        assert made_there.lm_head.packed == {}
 
 
+@needs_onednn
+def test_preparing_again_repacks_from_the_current_weights(monkeypatch) -> None:
+    """A write through `.data` bumps no version counter and keeps the storage: the packed copy is stale until
+    `prepare_for_cpu_inference` is called again (the documented requirement), which always packs anew."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    model = prepare_for_cpu_inference(tiny_model())
+    layer = model.model.decoder.layers[0].fc1
+    hidden = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        before = layer(hidden)
+        layer.weight.data.mul_(0.5)
+        assert torch.equal(layer(hidden), before)  # stale: why the docstring asks for a new call
+        prepare_for_cpu_inference(model)
+        assert layer.packed == {}
+        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
+        assert set(layer.packed) == {torch.float32}
+
+
+@needs_onednn
+def test_training_undoes_the_preparation(monkeypatch) -> None:
+    """`model.train()` turns every `PackedLinear` back into a plain `nn.Linear` without copies; `model.eval()` does
+    not pack again, only a new `prepare_for_cpu_inference` does; preparing a model in training mode is refused."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    model = prepare_for_cpu_inference(tiny_model())
+    batch = random_batch()
+    model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=3)
+    assert model.lm_head.packed
+    model.train()
+    assert linear_classes(model) == {torch.nn.Linear}
+    assert not any("packed" in module.__dict__ for module in model.modules())
+    with pytest.raises(ValueError, match=r"model.training is True .*call model.eval\(\) first"):
+        prepare_for_cpu_inference(model)
+    model.eval()
+    assert linear_classes(model) == {torch.nn.Linear}
+    prepare_for_cpu_inference(model)
+    assert linear_classes(model) == {PackedLinear}
+
+
+@needs_onednn
 @pytest.mark.parametrize("kind", ["fused", "foreach", "for-loop"])
-def test_an_optimizer_step_drops_the_packed_weights_it_changed(kind: str, monkeypatch) -> None:
-    """A fused Adam step (transformers' default optimizer, `adamw_torch_fused`) writes the weights without bumping
-    their version counters; evaluation between training steps must still multiply by the new weights."""
+def test_evaluation_between_optimizer_steps_multiplies_by_the_new_weights(kind: str, monkeypatch) -> None:
+    """Training steps between evaluations, as the Trainer runs them (`model.train()` before each step, `model.eval()`
+    and the step before each evaluation): the evaluation multiplies by the stepped weights, also after a fused Adam
+    step (transformers' default `adamw_torch_fused`), which bumps no version counter."""
     monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
     layer = torch.nn.Linear(32, 64)
-    cpu_inference.use_packed_linears(layer)
     options = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[kind]
     optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, **options)
     hidden = torch.randn(4, 32)
     for _ in range(2):
+        prepare_for_cpu_inference(layer.eval())
         with torch.no_grad():
             torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
-            assert torch.float32 in _PACKED_WEIGHTS[id(layer.weight)]
-        layer(hidden.requires_grad_(True)).square().sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        hidden = hidden.detach()
-    with torch.no_grad():
-        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
-
-
-@needs_onednn
-@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 kernels on this CPU")
-def test_the_kept_bf16_bias_follows_a_bias_only_optimizer_step() -> None:
-    """Under bf16 autocast the packed path keeps the bias cast to bf16 as well as the packed weight; training only
-    the biases (BitFit) with transformers' default fused AdamW must not leave a stale bias behind."""
-    layer = torch.nn.Linear(32, 64)
-    cpu_inference.use_packed_linears(layer)
-    layer.weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW([layer.bias], lr=0.5, fused=True)
-    hidden = torch.randn(4, 32)
-    for _ in range(2):
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden))
-            assert torch.bfloat16 in _PACKED_WEIGHTS[id(layer.bias)]
+            assert set(layer.packed) == {torch.float32}
+        layer.train()
         layer(hidden).square().sum().backward()
         optimizer.step()
         optimizer.zero_grad()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden))
+    prepare_for_cpu_inference(layer.eval())
+    with torch.no_grad():
+        torch.testing.assert_close(layer(hidden), plain_linear(layer, hidden), atol=1e-5, rtol=1e-5)
 
 
 @pytest.fixture
@@ -174,12 +223,12 @@ def two_threads():
 @needs_onednn
 def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads, monkeypatch) -> None:
     """A decoding step's small float32 products (at most SPLIT_LINEAR_MAX_ROWS rows) run as one batched product over
-    blocks of output rows, equal to `F.linear` up to float32 rounding; more rows, training, hooks and `plain_kernels`
-    take `F.linear` itself (equal bit for bit)."""
+    blocks of output rows, equal to `F.linear` up to float32 rounding; more rows, gradients, hooks, oneDNN off and
+    unprepared layers take `F.linear` itself (equal bit for bit)."""
     splits = []
     split_linear = cpu_inference.split_linear
     monkeypatch.setattr(cpu_inference, "split_linear", lambda *args: splits.append(args[3]) or split_linear(*args))
-    model = tiny_model()
+    model = prepare_for_cpu_inference(tiny_model())
     layer = model.model.decoder.layers[0].fc1  # 32 -> 64, with a bias
     for rows, expect_split in ((1, True), (cpu_inference.SPLIT_LINEAR_MAX_ROWS, True), (5, False)):
         hidden = torch.randn(rows, 1, 32)
@@ -195,8 +244,7 @@ def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads,
     # projection: 61), leaves nothing to split.
     hidden = torch.randn(1, 1, 32)
     with torch.no_grad():
-        unbiased = torch.nn.Linear(32, 64, bias=False)
-        cpu_inference.use_packed_linears(unbiased)
+        unbiased = prepare_for_cpu_inference(torch.nn.Linear(32, 64, bias=False).eval())
         torch.testing.assert_close(unbiased(hidden), plain_linear(unbiased, hidden), atol=1e-6, rtol=1e-6)
         assert splits == [2]
         splits.clear()
@@ -204,43 +252,55 @@ def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads,
         torch.set_num_threads(1)
         assert torch.equal(layer(hidden), plain_linear(layer, hidden))
         torch.set_num_threads(2)
-        with cpu_inference.plain_kernels():
+        with torch.backends.mkldnn.flags(enabled=False):
             assert torch.equal(layer(hidden), plain_linear(layer, hidden))
         handle = layer.register_forward_hook(lambda module, args, output: output)
         assert torch.equal(layer(hidden), plain_linear(layer, hidden))
         handle.remove()
-    assert torch.equal(layer(hidden.requires_grad_(True)), plain_linear(layer, hidden))  # training: F.linear
+    assert torch.equal(layer(hidden.requires_grad_(True)), plain_linear(layer, hidden))  # gradients: F.linear
     assert splits == []
-    # Batch-1 generation (greedy and beam 4, whose steps have 1 and 4 rows) gives the tokens of the plain layers.
+    # Batch-1 generation (greedy and beam 4, whose steps have 1 and 4 rows) gives the tokens of the plain model.
+    plain_model = tiny_model()
     batch = random_batch(batch=1)
     for beams in (1, 4):
         kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=10)
         kwargs |= dict(num_beams=beams, do_sample=False, output_scores=True, return_dict_in_generate=True)
         split = model.generate(**kwargs)
         assert splits, "no product was split during generation"
-        with cpu_inference.plain_kernels():
-            plain = model.generate(**kwargs)
+        splits.clear()
+        plain = plain_model.generate(**kwargs)
+        assert splits == []  # the unprepared model never splits
         assert torch.equal(split.sequences, plain.sequences)
         torch.testing.assert_close(torch.stack(split.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
 
 
-def test_packed_layers_can_be_pickled() -> None:
-    """`torch.save(model)` pickles the installed forwards (a weak reference alone would not pickle); each one is
-    rebuilt around its own layer. (Loading a pickle back is left out: the repository never reads one.)"""
-    model = tiny_model()
-    assert pickle.dumps(model)
-    layer = model.lm_head
-    rebuild, args = layer.forward.__reduce__()
-    assert rebuild(*args).layer() is layer
+@needs_onednn
+def test_prepared_models_can_be_deep_copied_and_pickled(monkeypatch) -> None:
+    """Packed oneDNN tensors are opaque (no storage): a copy or a pickle of a prepared model leaves them out, and the
+    copy, still prepared, packs its own weights on first use."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    model = prepare_for_cpu_inference(tiny_model())
+    batch = random_batch()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    assert model.lm_head.packed
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert linear_classes(copied) == {PackedLinear}
+        assert all(module.packed == {} for module in copied.modules() if isinstance(module, PackedLinear))
+        assert copied.lm_head.weight is copied.model.shared.weight
+        with torch.no_grad():
+            torch.testing.assert_close(copied(**batch).logits, expected)
+        assert set(copied.lm_head.packed) == {torch.float32}
+    assert model.lm_head.packed  # the original keeps its own
 
 
 @needs_onednn
-def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forward(monkeypatch) -> None:
-    """Hooks (PEFT, offloading, output recorders), another per-instance forward (accelerate's offloading) and
-    subclasses (quantized layers) must run as called, around the plain linear: the result shows that their code ran
-    (equal bit for bit: the packed product would differ by rounding)."""
+def test_prepared_linear_leaves_wrapped_and_hooked_layers_to_their_own_forward(monkeypatch) -> None:
+    """Hooks (offloading, output recorders), another per-instance forward (accelerate's offloading), subclasses
+    (quantized layers) and layers inside an adapter wrapper (PEFT's `base_layer`) run as called, around the plain
+    linear: the result shows that their code ran, and no packed copy was made."""
     monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
-    layer = tiny_model().model.decoder.layers[0].fc1
+    layer = prepare_for_cpu_inference(tiny_model()).model.decoder.layers[0].fc1
     hidden = torch.randn(2, 3, 32)
     with torch.no_grad():
         plain = plain_linear(layer, hidden)
@@ -255,26 +315,36 @@ def test_cpu_inference_linear_leaves_wrapped_and_hooked_layers_to_their_own_forw
             assert not layer(hidden).any()
         finally:
             handle.remove()
-        assert id(layer.weight) not in _PACKED_WEIGHTS  # the hooked layer never took the packed path
-        # An offloading wrapper (as accelerate's) keeps the installed forward and calls it: the plain linear runs.
+        assert layer.packed == {}  # the hooked layer never took the packed path
+        # An offloading wrapper (as accelerate's) keeps the layer's forward and calls it: the plain linear runs.
         installed = layer.forward
         layer.forward = lambda x: installed(x) - 1.0
         assert torch.equal(layer(hidden), plain - 1.0)
-        layer.forward = installed
-        assert id(layer.weight) not in _PACKED_WEIGHTS
+        del layer.forward
+        assert layer.packed == {}
 
         class Doubled(torch.nn.Linear):
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 return 2.0 * super().forward(x)
 
-        doubled = Doubled(32, 64)
+        class Adapter(torch.nn.Module):  # PEFT's tuner layers: the wrapped layer as `base_layer`
+            def __init__(self, base_layer: torch.nn.Linear) -> None:
+                super().__init__()
+                self.base_layer = base_layer
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return self.base_layer(x)
+
+        doubled = Doubled(32, 64).eval()
         doubled.load_state_dict(layer.state_dict())
-        cpu_inference.use_packed_linears(doubled)
-        assert torch.equal(doubled(hidden), 2.0 * plain)
-        # Without hooks the same layer is packed again.
+        prepare_for_cpu_inference(doubled)
+        assert type(doubled) is Doubled and torch.equal(doubled(hidden), 2.0 * plain)
+        adapter = prepare_for_cpu_inference(Adapter(layer).eval())  # wrapped after an earlier step: undone
+        assert type(layer) is torch.nn.Linear and torch.equal(adapter(hidden), plain)
+        # Unwrapped and without hooks, the same layer is packed again.
+        prepare_for_cpu_inference(layer)
         torch.testing.assert_close(layer(hidden), plain, atol=1e-5, rtol=1e-5)
-        assert id(layer.weight) in _PACKED_WEIGHTS
-    assert id(doubled.weight) not in _PACKED_WEIGHTS
+        assert set(layer.packed) == {torch.float32}
 
 
 @needs_onednn
@@ -290,39 +360,52 @@ def test_traced_and_exported_graphs_hold_the_plain_linear(monkeypatch) -> None:
         def forward(self, hidden: torch.Tensor) -> torch.Tensor:
             return self.fc1(hidden)
 
-    module, hidden = Projection().eval(), torch.randn(2, 3, 32)
+    module, hidden = prepare_for_cpu_inference(Projection().eval()), torch.randn(2, 3, 32)
+    assert type(module.fc1) is PackedLinear
     with torch.no_grad():
         traced = torch.jit.trace(module, hidden)
         exported = torch.export.export(module, (hidden,))
-        for graph in (str(traced.graph), str(exported.graph)):
+        for graph in (str(traced.inlined_graph), str(exported.graph)):
             assert "linear" in graph and "mkldnn" not in graph
         torch.testing.assert_close(exported.module()(hidden), plain_linear(module.fc1, hidden))
 
 
-def test_compiled_forward_is_one_graph_on_the_cpu() -> None:
-    """torch.compile(fullgraph=True) of the model's forward in eval mode: the packed path's checks stay out of the
-    graph (transformers' test_generate_compile_model_forward_fullgraph), and the result is the eager one."""
-    model = tiny_model().eval()
+@needs_onednn
+def test_compiled_forward_is_one_graph_on_the_cpu(monkeypatch) -> None:
+    """torch.compile(fullgraph=True) of a prepared model's forward in eval mode, every layer past the packing
+    threshold: the packed path's checks stay out of the graph (transformers'
+    test_generate_compile_model_forward_fullgraph), and the result is the eager one."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    model = prepare_for_cpu_inference(tiny_model())
     batch = random_batch()
     inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     inputs["decoder_input_ids"] = model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    with torch.no_grad():
+        eager = model(**inputs).logits
+    assert model.lm_head.packed, "the eager forward did not take the packed path"
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, backend="eager")  # tracing is what may break; no C++ build
     with torch.no_grad():
-        torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits)
+        torch.testing.assert_close(compiled(**inputs).logits, eager, atol=1e-5, rtol=1e-5)
 
 
 @needs_onednn
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 kernels on this CPU")
-def test_cpu_inference_linear_under_bf16_autocast_matches_autocast_linear() -> None:
-    layer = tiny_model().model.encoder.layers[0].fc2
+def test_prepared_linear_under_bf16_autocast_matches_autocast_linear() -> None:
+    """Under bf16 autocast the packed path keeps a bf16 packed weight and the bias cast to bf16, the bias following
+    its in-place changes (a bias-only step, BitFit's)."""
+    layer = prepare_for_cpu_inference(tiny_model()).model.encoder.layers[0].fc2
     hidden = torch.randn(4, 7, 64)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = plain_linear(layer, hidden)
-        got = layer(hidden)
-        assert set(_PACKED_WEIGHTS[id(layer.weight)]) == {torch.bfloat16}  # a bf16 copy: the fp32 one is not made
-    assert got.dtype == expected.dtype == torch.bfloat16
-    torch.testing.assert_close(got, expected)  # bf16 tolerances: the same products, rounded to bf16
+    for _ in range(2):
+        # A new autocast block each time: autocast keeps its own casts of the weights for the block.
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = plain_linear(layer, hidden)
+            got = layer(hidden)
+        assert set(layer.packed) == {torch.bfloat16}  # a bf16 copy: the fp32 one is not made
+        assert got.dtype == expected.dtype == torch.bfloat16
+        torch.testing.assert_close(got, expected)  # bf16 tolerances: the same products, rounded to bf16
+        with torch.no_grad():
+            layer.bias.add_(1.0)
     # bf16 weights without autocast take the same path; a float32 input then stays an error, as for the linear.
     layer.bfloat16()
     with torch.no_grad():
@@ -332,12 +415,12 @@ def test_cpu_inference_linear_under_bf16_autocast_matches_autocast_linear() -> N
 
 
 @needs_onednn
-def test_generation_packs_every_linear_and_matches_the_plain_layers(monkeypatch) -> None:
-    """Every projection of a decoding step (attention, FFN, output) runs packed during `generate` on the CPU (the size
-    threshold lowered for the tiny model), and the scores equal those of the plain `nn.Linear` layers up to float32
-    rounding."""
+def test_generation_packs_every_linear_and_matches_the_plain_model(monkeypatch) -> None:
+    """Every projection of a decoding step (attention, FFN, output) of a prepared model runs packed during
+    `generate` on the CPU (the size threshold lowered for the tiny model), and the scores equal those of the
+    unprepared model up to float32 rounding."""
     monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
-    model = tiny_model(seed=2)
+    model = prepare_for_cpu_inference(tiny_model(seed=2))
     batch = random_batch()
     kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=8)
     kwargs |= dict(num_beams=2, do_sample=False, output_scores=True, return_dict_in_generate=True)
@@ -347,10 +430,11 @@ def test_generation_packs_every_linear_and_matches_the_plain_layers(monkeypatch)
     packed = model.generate(**kwargs)
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     assert len(linears) == 2 * 6 + 2 * 10 + 1  # 2 encoder layers, 2 decoder layers, the output projection
-    assert all(torch.float32 in _PACKED_WEIGHTS.get(id(module.weight), {}) for module in linears)
+    assert all(set(module.packed) == {torch.float32} for module in linears)
     assert {id(layer) for layer in calls} == {id(layer) for layer in linears}
-    with cpu_inference.plain_kernels():
-        plain = model.generate(**kwargs)
+    calls.clear()
+    plain = tiny_model(seed=2).generate(**kwargs)
+    assert calls == []
     assert torch.equal(packed.sequences, plain.sequences)
     torch.testing.assert_close(torch.stack(packed.scores), torch.stack(plain.scores), atol=1e-4, rtol=1e-5)
 

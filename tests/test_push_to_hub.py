@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import ModelCard, constants
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import workflows
+import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
@@ -92,9 +92,9 @@ def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, c
     url, state = hub
     # The attention figures of the first layer and head only: drawing every layer's grid of an untrained model's
     # 50-token outputs takes half a minute, and the figures are tested in test_cli.py.
-    plot = workflows.plot_attention_maps
+    plot = train_module.plot_attention_maps
     monkeypatch.setattr(
-        workflows, "plot_attention_maps", lambda options: plot(replace(options, layers=[0], heads=[0]))
+        train_module, "plot_attention_maps", lambda options: plot(replace(options, layers=[0], heads=[0]))
     )
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -8,6 +8,7 @@ from torch import nn
 from torch.profiler import profile
 
 from hf_vanilla_transformer.inference import quantization
+from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_inference
 from hf_vanilla_transformer.inference.quantization import quantize_int8
 
 from .conftest import random_batch, tiny_model, tiny_tokenizer
@@ -43,6 +44,17 @@ def test_int8_kernels_replace_every_linear_and_keep_the_logits_close(kernel: str
     assert (logits - reference).abs().max() <= 0.05 * reference.abs().max()
 
 
+def test_int8_quantizes_a_model_prepared_for_cpu_inference() -> None:
+    """`quantize_int8` after `prepare_for_cpu_inference`: the prepared layers (`PackedLinear`, which
+    `quantize_dynamic`'s exact-class mapping would skip) are quantized too, with the logits of the plain order."""
+    plain, prepared, batch = tiny_model(), tiny_model(), random_batch()
+    quantize_int8(plain)
+    quantize_int8(prepare_for_cpu_inference(prepared))
+    assert not any(isinstance(module, nn.Linear) for module in prepared.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(**batch).logits, plain(**batch).logits, rtol=0, atol=0)
+
+
 def test_int8_greedy_tokens_stay_those_of_float32() -> None:
     """The tolerance: of 16 greedy outputs of an untrained model (small logit margins, the hard case), at least 14
     identical; a trained model's margins are larger (the Multi30k BLEU in docs/results.md)."""
@@ -59,7 +71,7 @@ def test_int8_greedy_tokens_stay_those_of_float32() -> None:
 
 def test_int8_refuses_a_model_off_the_cpu() -> None:
     model = tiny_model().to("meta")
-    with pytest.raises(ValueError, match=r"CPU only.*\['meta'\].*drop --int8"):
+    with pytest.raises(ValueError, match=r"CPU only.*\['meta'\].*drop `int8`"):
         quantize_int8(model)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
-from hf_vanilla_transformer.workflows import RUN_CONFIG_FILE, TRAINER_ARGUMENTS_FILE
+from hf_vanilla_transformer.training.run_folder import RUN_CONFIG_FILE, TRAINER_ARGUMENTS_FILE
 
 from .test_workflows import cli_train_options
 from .train_script import TEST_PRESET, train_args, write_corpus
@@ -60,12 +60,12 @@ def test_a_config_file_holds_options_and_trainer_arguments_and_the_command_line_
 @pytest.mark.parametrize(
     ("argv", "config", "message"),
     [
-        (["--warmup_steps", "5"], None, r"`warmup_steps` is what `--warmup-steps` sets; pass --warmup-steps"),
-        (["--learning_rate", "5"], None, r"`learning_rate` is what `--lr` sets"),
+        (["--warmup_steps", "5"], None, r"'warmup_steps' is what `--warmup-steps` sets; pass `--warmup-steps`"),
+        (["--learning_rate", "5"], None, r"'learning_rate' is what `--lr` sets"),
         (["--max_grad_nrom", "1"], None, r"Unknown option `--max_grad_nrom` \(did you mean --max_grad_norm"),
         (["--weight_decay", "much"], None, r"Trainer argument: argument --weight_decay.*invalid float value"),
         ([], "lerning_rate: 1\n", r"unknown key `lerning_rate` \(did you mean learning_rate"),
-        ([], "gradient_accumulation_steps: 2\n", r"`gradient_accumulation_steps` is what `--grad-accum` sets"),
+        ([], "gradient_accumulation_steps: 2\n", r"'gradient_accumulation_steps' is what `--grad-accum` sets"),
         ([], "- lr\n", "must hold a mapping"),
     ],
 )

@@ -200,7 +200,7 @@ def test_bf16_no_does_not_measure_and_bad_choices_are_refused(monkeypatch) -> No
         raise AssertionError("measured")
 
     monkeypatch.setattr("hf_vanilla_transformer.training.trainer.bf16_gemm_speedup", fail)
-    assert resolve_bf16("no", torch.device("cpu")) == (False, "fp32 (--bf16 no)")
+    assert resolve_bf16("no", torch.device("cpu")) == (False, "fp32 (`bf16=no`)")
     with pytest.raises(ValueError, match="`bf16` is 'maybe'; pass 'auto', 'yes' or 'no'"):
         resolve_bf16("maybe", torch.device("cpu"))
 

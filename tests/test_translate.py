@@ -15,10 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vanilla_transformer import workflows
 from hf_vanilla_transformer.inference import evaluation
 from hf_vanilla_transformer.inference.evaluation import Hypothesis
-from hf_vanilla_transformer.workflows import TranslateOptions, translate_stream, translation_line
+from hf_vanilla_transformer.inference.loading import decoding_attention, load_model
+from hf_vanilla_transformer.inference.translation import (
+    TranslateOptions,
+    _chunks,
+    translate,
+    translate_stream,
+    translation_line,
+)
 
 from .test_cli import one_line_error, run
 
@@ -75,7 +81,7 @@ def test_stream_keeps_order_and_blank_lines_and_reads_lazily(tmp_path, monkeypat
         calls.append((list(sources), torch.is_autocast_enabled("cpu")))
         return [[Hypothesis(source.upper(), -1.0 if scores else None)] for source in sources]
 
-    monkeypatch.setattr(evaluation, "translate_n_best", upper)
+    monkeypatch.setattr("hf_vanilla_transformer.inference.translation.translate_n_best", upper)
     read = []
 
     def lines():
@@ -91,7 +97,7 @@ def test_stream_keeps_order_and_blank_lines_and_reads_lazily(tmp_path, monkeypat
     options = TranslateOptions(tmp_path, ["x", ""], device="cpu", bf16=True, n_best=1)
     assert [translation_line(hypotheses) for hypotheses in translate_stream(options)] == ["X\t-1.0000", ""]
     assert calls == [(["x"], True)]
-    assert workflows.translate(TranslateOptions(tmp_path, ["x", "", "y"], device="cpu")) == ["X", "", "Y"]
+    assert translate(TranslateOptions(tmp_path, ["x", "", "y"], device="cpu")) == ["X", "", "Y"]
 
 
 def test_translation_line_keeps_one_line_and_its_columns() -> None:
@@ -161,7 +167,7 @@ def test_output_file_and_gzip_input(bpe_model, capsys, monkeypatch, tmp_path) ->
     ("options", "message"),
     [
         (["--n-best", "5"], "`--n-best` 5 needs at least 5 beams, but the decoding has 4"),
-        (["--n-best", "2", "--num-beams", "1"], "Pass --num-beams 2 or more, or a smaller --n-best"),
+        (["--n-best", "2", "--num-beams", "1"], "Pass `--num-beams 2` or more, or a smaller `--n-best`"),
         (["--length-penalty", "nan"], "`--length-penalty` must be a finite number"),
         (["--n-best", "0"], "argument --n-best: must be a positive integer, got '0'"),
         (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
@@ -188,7 +194,8 @@ def watch_decoding_precision(monkeypatch) -> list[tuple[set[torch.dtype], bool]]
         seen.append(({parameter.dtype for parameter in model.parameters()}, torch.is_autocast_enabled("cpu")))
         return translate_n_best(model, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "translate_n_best", watch)
+    monkeypatch.setattr(evaluation, "translate_n_best", watch)  # evaluate's decoding
+    monkeypatch.setattr("hf_vanilla_transformer.inference.translation.translate_n_best", watch)  # translate's
     return seen
 
 
@@ -199,7 +206,7 @@ def test_bf16_weights_decode_with_the_model_in_bf16(bpe_model, capsys, monkeypat
     seen = watch_decoding_precision(monkeypatch)
     code, out, _ = stdin_run(bpe_model, b"A dog runs.\nTwo men.\n", capsys, monkeypatch, *FAST, "--bf16-weights")
     assert code == 0 and seen == [({torch.bfloat16}, False)]
-    # Loaded as translate loads it on the CPU (workflows.decoding_attention: eager attention).
+    # Loaded as translate loads it on the CPU (loading.decoding_attention: eager attention).
     model = AutoModelForSeq2SeqLM.from_pretrained(bpe_model, attn_implementation="eager").to(torch.bfloat16).eval()
     tokenizer = AutoTokenizer.from_pretrained(bpe_model)
     batch = tokenizer(["A dog runs.", "Two men."], return_tensors="pt", padding=True)
@@ -227,7 +234,7 @@ def test_evaluate_with_bf16_weights_scores_the_bf16_translations(bpe_model, caps
 def test_device_cuda_without_a_gpu_is_one_line(bpe_model, capsys, monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code, _, err = stdin_run(bpe_model, b"A dog.\n", capsys, monkeypatch, "--device", "cuda")
-    one_line_error(code, err, "`--device cuda`: torch sees no CUDA GPU here. Pass --device cpu")
+    one_line_error(code, err, "`--device cuda`: torch sees no CUDA GPU here. Pass `--device cpu`")
 
 
 def test_output_paths_are_checked_first(bpe_model, capsys, tmp_path) -> None:
@@ -253,7 +260,7 @@ def test_chunks_answer_what_has_come_and_batch_a_burst() -> None:
 
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, "rb", buffering=0) as reader:
-        stream = workflows._chunks(LineStream(reader, "stdin"), 3)
+        stream = _chunks(LineStream(reader, "stdin"), 3)
         os.write(write_end, b"a\nb\nc\nd\ne\n")
         assert next(stream) == ["a", "b", "c"] and next(stream) == ["d", "e"]
         os.write(write_end, "caf\u00e9\r\n".encode())
@@ -307,10 +314,8 @@ def test_keep_freed_memory_stops_the_page_faults_of_each_decoding_step() -> None
 
 def test_translate_and_evaluate_keep_freed_memory(bpe_model, capsys, monkeypatch, tmp_path) -> None:
     """The decoding commands set the allocator up for decoding before they load the model."""
-    from hf_vanilla_transformer.inference import cpu_inference
-
     calls = []
-    monkeypatch.setattr(cpu_inference, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr("hf_vanilla_transformer.cli.keep_freed_memory", lambda: calls.append(True) or True)
     code, out, _ = run(["translate", str(bpe_model), "A dog runs.", *FAST], capsys)
     assert code == 0 and calls == [True]
     (tmp_path / "src.txt").write_text("A dog runs.\n")
@@ -323,8 +328,8 @@ def test_translate_and_evaluate_keep_freed_memory(bpe_model, capsys, monkeypatch
 def test_decoding_on_the_cpu_loads_eager_attention_unless_chosen(bpe_model) -> None:
     """translate and evaluate load with eager attention on the CPU (faster beam search than sdpa there); a caller's
     choice is kept, and the int8 model gets it too."""
-    assert workflows.load_model(bpe_model, device="cpu").config._attn_implementation == "eager"
-    assert workflows.load_model(bpe_model, device="cpu", int8=True).config._attn_implementation == "eager"
-    chosen = workflows.load_model(bpe_model, device="cpu", attn_implementation="sdpa")
+    assert load_model(bpe_model, device="cpu").config._attn_implementation == "eager"
+    assert load_model(bpe_model, device="cpu", int8=True).config._attn_implementation == "eager"
+    chosen = load_model(bpe_model, device="cpu", attn_implementation="sdpa")
     assert chosen.config._attn_implementation == "sdpa"
-    assert workflows.decoding_attention(torch.device("cuda")) == "sdpa"
+    assert decoding_attention(torch.device("cuda")) == "sdpa"

@@ -1,6 +1,6 @@
-"""The workflows from Python (typed options in, typed results out, `WorkflowError` for bad options) and the recipes:
-the command line's `train` options are a recipe plus the options given, and `make train-1h` / `make train-2h` run the
-same settings as the flags they replaced."""
+"""The library's commands from Python (typed options in, typed results out, `OptionError` naming the field for bad
+options) and the recipes: the command line's `train` options are a recipe plus the options given, and `make train-1h`
+/ `make train-2h` run the same settings as the flags they replaced."""
 
 import json
 import re
@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hf_vanilla_transformer import cli, workflows
+import hf_vanilla_transformer.training.train as train_module
+from hf_vanilla_transformer import cli
+from hf_vanilla_transformer.errors import OptionError
+from hf_vanilla_transformer.inference.translation import EvaluateOptions, TranslateOptions, evaluate, translate
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.averaging import AverageOptions, average
+from hf_vanilla_transformer.training.options import TrainOptions
 from hf_vanilla_transformer.training.recipes import (
     DEFAULT_RECIPE,
     MULTI30K,
@@ -19,13 +24,7 @@ from hf_vanilla_transformer.training.recipes import (
     PAPER_BASE,
     RECIPES,
 )
-from hf_vanilla_transformer.workflows import (
-    AverageOptions,
-    EvaluateOptions,
-    TrainOptions,
-    TranslateOptions,
-    WorkflowError,
-)
+from hf_vanilla_transformer.training.train import train
 
 from .train_script import MAX_TOKENS, TEST_PRESET, write_corpus
 
@@ -33,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cli_train_options(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> TrainOptions:
-    """The TrainOptions that `hf-vanilla-transformer train ARGV` hands to `workflows.train` (nothing is trained)."""
+    """The TrainOptions that `hf-vanilla-transformer train ARGV` hands to `train` (nothing is trained)."""
     seen: list[TrainOptions] = []
-    monkeypatch.setattr(workflows, "train", lambda options: seen.append(options))
+    monkeypatch.setattr(train_module, "train", lambda options: seen.append(options))
     assert cli.main(["train", *argv]) == 0
     return seen[0]
 
@@ -86,7 +85,7 @@ def test_every_recipe_names_a_preset_and_the_paper_recipes_are_the_papers() -> N
 
 
 def test_unknown_options_and_recipes_are_refused(capsys) -> None:
-    with pytest.raises(WorkflowError, match=r"Unknown training options \['warmup'\]"):
+    with pytest.raises(OptionError, match=r"Unknown training options \['warmup'\]"):
         TrainOptions.from_recipe(MULTI30K, warmup=800)
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "--recipe", "multi30k-3h"])
@@ -110,18 +109,16 @@ def test_train_translate_evaluate_and_average_from_python(tmp_path, monkeypatch)
         evaluate=False,
         progress=False,
     )
-    result = workflows.train(options)
+    result = train(options)
     assert result.output_dir == tmp_path / "model" and result.summary["updates"] == 3
     assert result.summary["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-3"]
     assert json.loads(result.results_file.read_text())["command"] is None  # not started from the command line
 
-    translations = workflows.translate(TranslateOptions(result.model_dir, ["w5 w6", "w7"], num_beams=1))
+    translations = translate(TranslateOptions(result.model_dir, ["w5 w6", "w7"], num_beams=1))
     assert len(translations) == 2 and all(isinstance(text, str) for text in translations)
-    scores = workflows.evaluate(
-        EvaluateOptions(result.model_dir, src=corpus / "test.src", ref=corpus / "test.tgt", num_beams=1)
-    )
+    scores = evaluate(EvaluateOptions(result.model_dir, src=corpus / "test.src", ref=corpus / "test.tgt", num_beams=1))
     assert scores["n"] == 3 and 0.0 <= scores["bleu"] <= 100.0
-    averaged = workflows.average(AverageOptions([result.output_dir / "checkpoints"], tmp_path / "avg", last=2))
+    averaged = average(AverageOptions([result.output_dir / "checkpoints"], tmp_path / "avg", last=2))
     assert [path.name for path in averaged.checkpoints] == ["checkpoint-2", "checkpoint-3"]
     assert (averaged.output / "model.safetensors").is_file()
 
@@ -129,19 +126,16 @@ def test_train_translate_evaluate_and_average_from_python(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda tmp: workflows.translate(TranslateOptions(tmp, ["Hello"])), "is not a saved model folder"),
-        (lambda tmp: workflows.evaluate(EvaluateOptions(tmp / "x", src="a")), "is not a saved model folder"),
-        (lambda tmp: workflows.average(AverageOptions([tmp / "a", tmp / "b"], tmp / "o", last=2)), "takes one folder"),
-        (lambda tmp: workflows.train(TrainOptions(train_src=tmp / "a.en")), "go together"),
-        (lambda tmp: workflows.train(TrainOptions(compare_curve=tmp / "c.json")), "needs --curve-every"),
-        (
-            lambda tmp: workflows.train(TrainOptions(max_length_ratio=0.5)),
-            r"--max-length-ratio 0.5` must be at least 1",
-        ),
-        (lambda tmp: workflows.train(TrainOptions(tokenizer_sample=1)), r"--tokenizer-sample 1` must be at least 2"),
+        (lambda tmp: translate(TranslateOptions(tmp, ["Hello"])), "is not a saved model folder"),
+        (lambda tmp: evaluate(EvaluateOptions(tmp / "x", src="a")), "is not a saved model folder"),
+        (lambda tmp: average(AverageOptions([tmp / "a", tmp / "b"], tmp / "o", last=2)), "`last` takes one folder"),
+        (lambda tmp: train(TrainOptions(train_src=tmp / "a.en")), "`train_src` and `train_tgt` go together"),
+        (lambda tmp: train(TrainOptions(compare_curve=tmp / "c.json")), "needs `curve_every`"),
+        (lambda tmp: train(TrainOptions(max_length_ratio=0.5)), r"`max_length_ratio=0.5` must be at least 1"),
+        (lambda tmp: train(TrainOptions(tokenizer_sample=1)), r"`tokenizer_sample=1` must be at least 2"),
     ],
 )
-def test_bad_options_raise_workflow_errors(call, message, tmp_path, monkeypatch) -> None:
+def test_bad_options_raise_option_errors_naming_fields(call, message, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # the default output folder is relative
-    with pytest.raises(WorkflowError, match=message):
+    with pytest.raises(OptionError, match=message):
         call(tmp_path)

@@ -35,6 +35,7 @@ import json
 import os
 from pathlib import Path
 
+import fairseq
 import torch
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary, LanguagePairDataset
@@ -134,8 +135,6 @@ def generate(model, task, dataset, count: int, beam: int) -> dict[str, list]:
 
 
 def write(output: Path, checkpoint: Path, model, task, dataset, n_logits: int, n_generate: int) -> None:
-    import fairseq
-
     output.mkdir(parents=True, exist_ok=True)
     save_file(teacher_forced(model, dataset, n_logits), str(output / "teacher_forced.safetensors"))
     record = {

@@ -2,13 +2,14 @@
 attention (§3.2.3), one heatmap per layer and head, tokens on the axes (as the paper's appendix figures).
 
 The weights are softmax(Q Kᵀ / √d_k) of eq. (1), read with the eager attention implementation (`sdpa` does not
-return them). `plot_attention` writes three PNG grids (layers × heads); `hf-vanilla-transformer attention MODEL_DIR
-"sentence" --out DIR` runs it from the command line.
+return them). `plot_attention` writes three PNG grids (layers × heads); `plot_attention_maps(AttentionOptions(...))`
+does so for a saved model folder, as `hf-vanilla-transformer attention MODEL_DIR "sentence" --out DIR`.
 Shapes: N layers, H heads, S source length, T target length (decoder positions).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from .loading import load_tokenizer, model_folder
+
+# The attention maps' folder inside a model folder written by `train` (the model card shows them).
+ATTENTION_DIR = "attention"
 
 PLOTS = (
     # (file stem, title, AttentionMaps field, row labels, column labels)
@@ -164,4 +170,49 @@ def plot_attention(
     return paths
 
 
-__all__ = ["PLOTS", "AttentionMaps", "attention_maps", "eager_attention", "plot_attention", "token_labels"]
+@dataclass(frozen=True)
+class AttentionOptions:
+    """Plot the attention maps of `sentence` (teacher-forced on `target`, else the model's own translation) into
+    `out`; `layers` / `heads` (0-based) select the rows / columns of the grids (all by default)."""
+
+    model_dir: str | os.PathLike
+    sentence: str
+    target: str | None = None
+    out: str | os.PathLike = ATTENTION_DIR
+    layers: list[int] | None = None
+    heads: list[int] | None = None
+    dpi: int = 120
+    trust_remote_code: bool = False
+
+
+def plot_attention_maps(options: AttentionOptions) -> list[Path]:
+    """Encoder self-, decoder self- and encoder-decoder attention grids of a saved model folder as PNGs; returns
+    their paths."""
+    model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    model = AutoModelForSeq2SeqLM.from_pretrained(
+        model_dir, attn_implementation="eager", trust_remote_code=options.trust_remote_code
+    )
+    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
+    return plot_attention(
+        model,
+        tokenizer,
+        options.sentence,
+        options.target,
+        options.out,
+        layers=options.layers,
+        heads=options.heads,
+        dpi=options.dpi,
+    )
+
+
+__all__ = [
+    "ATTENTION_DIR",
+    "PLOTS",
+    "AttentionMaps",
+    "AttentionOptions",
+    "attention_maps",
+    "eager_attention",
+    "plot_attention",
+    "plot_attention_maps",
+    "token_labels",
+]

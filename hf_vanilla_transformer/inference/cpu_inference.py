@@ -1,40 +1,32 @@
-"""CPU inference with oneDNN-packed linear weights: speed only, the results are those of `nn.Linear` up to float32
-rounding (bf16: the rounding of autocast's linear).
+"""CPU inference speed as an explicit step: `prepare_for_cpu_inference(model)` (speed only, the results are those of
+`nn.Linear` up to float32 rounding; bf16: the rounding of autocast's linear).
 
-`use_packed_linears(model)` (called once, from the model's `post_init`) gives every plain `nn.Linear` of the model an
-instance forward that multiplies by a packed copy of its weight when that is allowed and pays (the rules of
-`inference_linear_dtype`) and runs `F.linear` otherwise, so that the model's code reads `self.q_proj(hidden_states)`.
-For the few rows of a decoding step `F.linear` runs these products up to 2.3x slower on some CPUs
-(bench/packed_projection.py); the packed copy costs one more copy of the weights in memory (per dtype used).
-A decoding step's small float32 products (at most `SPLIT_LINEAR_MAX_ROWS` rows) are split by output rows over the
-threads instead (`split_linear`): for one to four rows `F.linear` runs on one core, bound by that core's share of the
-memory bandwidth. `plain_kernels` (or `torch.backends.mkldnn.flags(enabled=False)`) turns both off.
-`keep_freed_memory` (called by `translate` and `evaluate`) tunes the process's allocator for decoding. This file
-imports only torch: it is copied next to the model code (remote code).
+The step turns every plain `nn.Linear` of the model into a `PackedLinear` (the same module object, so the same
+`weight`/`bias` Parameters: tying, state_dict keys and `save_pretrained` are unchanged). In CPU inference a
+`PackedLinear` multiplies by a oneDNN-packed copy of its weight that it owns, where that is allowed and pays (the
+rules of `inference_linear_dtype`), and runs `F.linear` otherwise. For the few rows of a decoding step `F.linear` runs
+these products up to 2.3x slower on some CPUs (bench/packed_projection.py); the packed copy costs one more copy of the
+weights in memory (per dtype used). A decoding step's small float32 products (at most `SPLIT_LINEAR_MAX_ROWS` rows) are
+split by output rows over the threads instead (`split_linear`): for one to four rows `F.linear` runs on one core,
+bound by that core's share of the memory bandwidth.
+
+The model code (model/) knows nothing of this: a loaded model is plain PyTorch until its owner calls the step.
+`keep_freed_memory` tunes the process's allocator for decoding; it is for the process owner (the command line calls
+it), never for library code.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import ctypes
 import functools
 import math
 import sys
-import warnings
-import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
-# oneDNN-packed copies of linear weights (and biases cast to bf16), by id of the tensor and then by dtype, each
-# dropped when its tensor is freed.
-# Kept outside the modules: packed tensors are opaque (no storage), so a deep copy or pickle of a model holding one
-# would fail.
-_PACKED_WEIGHTS: dict[int, dict[torch.dtype, tuple[tuple[int, int], torch.Tensor]]] = {}
+ModelT = TypeVar("ModelT", bound=nn.Module)
 
 # Below this many multiply-adds in float32, oneDNN's fixed cost per call (~13 µs) outweighs what the packed layout
 # saves: one row of a 256 × 256 layer takes 16 µs packed against 7 µs through `F.linear`, 16 rows 20 against 18 µs;
@@ -49,66 +41,104 @@ PACKED_LINEAR_MIN_MACS = 1_500_000
 SPLIT_LINEAR_MAX_ROWS = 4
 
 
-class PackedForward:
-    """The instance forward `use_packed_linears` gives one `nn.Linear`: `packed_forward(layer, input)`.
+def prepare_for_cpu_inference(model: ModelT) -> ModelT:
+    """Make `model` (in eval mode) faster in CPU inference; returns the same model, changed in place.
 
-    It holds its layer weakly (a strong reference would be a cycle, keeping a deleted model's weights until the garbage
-    collector runs) and follows it through `copy.deepcopy` and pickling."""
+    Every plain `nn.Linear` (exactly that class, in eval mode) becomes a `PackedLinear`, and every `PackedLinear`
+    drops the packed copies it holds, so the next products pack the current weights again: the step is idempotent,
+    and calling it again is always safe. Layers inside a wrapper that owns a `base_layer` (PEFT's adapter layers,
+    which merge into the base weight through `.data`) stay, or become again, plain `nn.Linear`.
 
-    __slots__ = ("layer",)
+    Weight edits: an in-place write that bumps the weight's version counter (`with torch.no_grad(): w.mul_(0.5)`,
+    `load_state_dict`, an optimizer's foreach step) or replaces its storage (`w.data = ...`, `model.to(...)`) is seen
+    at the next product. A write that bumps nothing, through `w.data` (`w.data.mul_(0.5)`) or by a fused optimizer
+    step in eval mode, is not: call `prepare_for_cpu_inference(model)` again after it. Wrapping layers in adapters
+    (PEFT's `get_peft_model`) after the step: call it again, so that the wrapped layers are plain before their merge
+    (`merge_and_unload` writes through `.data`). Training undoes the step: `model.train()` turns every `PackedLinear`
+    back into a plain `nn.Linear` without copies, so only a new call packs again. An int8 model: call
+    `quantize_int8` first (its layers are not `nn.Linear`; a `PackedLinear` is not quantized).
 
-    def __init__(self, layer: nn.Linear) -> None:
-        self.layer = weakref.ref(layer)
-
-    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return packed_forward(self.layer(), hidden_states)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> PackedForward:
-        return PackedForward(copy.deepcopy(self.layer(), memo))  # the copy of the layer being copied (in the memo)
-
-    def __reduce__(self) -> tuple[type[PackedForward], tuple[nn.Linear]]:
-        return PackedForward, (self.layer(),)
-
-
-def use_packed_linears(model: nn.Module) -> None:
-    """Give every `nn.Linear` of `model` (exactly that class, without an instance forward of its own) the packed
-    inference forward. Idempotent; layers added later keep `nn.Linear.forward`."""
+    Raises ValueError for a model in training mode (call `model.eval()` first)."""
+    if model.training:
+        raise ValueError(
+            f"prepare_for_cpu_inference(model) is for inference, but model.training is True ({type(model).__name__} "
+            f"in training mode); call model.eval() first."
+        )
+    wrapped = {
+        id(inner)
+        for wrapper in model.modules()
+        if isinstance(getattr(wrapper, "base_layer", None), nn.Module)
+        for inner in wrapper.modules()
+        if inner is not wrapper
+    }
     for module in model.modules():
-        if type(module) is nn.Linear and "forward" not in module.__dict__:
-            module.forward = PackedForward(module)
+        if type(module) is PackedLinear:
+            if id(module) in wrapped or module.training:
+                module.unprepare()
+            else:
+                module.packed = {}
+        elif type(module) is nn.Linear and id(module) not in wrapped and not module.training:
+            module.__class__ = PackedLinear
+            module.packed = {}
+    return model
 
 
-def packed_forward(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
-    """`nn.Linear.forward`, computed by `packed_linear` where `inference_linear_dtype` allows it, by `split_linear`
-    for a small float32 product of a few rows where `split_count` allows it. Hooks have already run
-    (`nn.Module.__call__`); a layer with hooks, or wrapped by another instance forward (accelerate's offloading),
-    takes `F.linear`."""
-    # First: under torch.compile / torch.export every check below is a graph break or a guard on a symbolic size
-    # (`is_inference()` cannot be traced at all), and compiled code packs weights itself.
-    if torch.compiler.is_compiling():
-        return nn.functional.linear(hidden_states, layer.weight, layer.bias)
-    if (
-        hidden_states.dtype == torch.float32
-        and hidden_states.numel() * layer.weight.shape[0] < PACKED_LINEAR_MIN_MACS
-        and not torch.is_autocast_enabled(hidden_states.device.type)
-    ):
-        # Speed only: a small float32 product takes `F.linear` whatever the checks below say (see
-        # `inference_linear_dtype`); answering first saves them, a tenth of a decoding step's time at batch 1. A
-        # decoding step's few rows are split over the threads instead, where `split_count` allows.
-        if hidden_states.numel() <= SPLIT_LINEAR_MAX_ROWS * hidden_states.shape[-1]:
-            chunks = split_count(layer, hidden_states)
-            if chunks > 1:
-                return split_linear(hidden_states, layer.weight, layer.bias, chunks)
-        return nn.functional.linear(hidden_states, layer.weight, layer.bias)
-    if calls_plain_forward(layer):
-        dtype = packable_dtype(layer, hidden_states)
-        if dtype is not None:
-            return packed_linear(layer, hidden_states, dtype)
-    return nn.functional.linear(hidden_states, layer.weight, layer.bias)
+class PackedLinear(nn.Linear):
+    """An `nn.Linear` in CPU inference (made by `prepare_for_cpu_inference`, never constructed): it computes
+    `nn.Linear.forward` by `packed_linear` where `inference_linear_dtype` allows it, by `split_linear` for a small
+    float32 product of a few rows where `split_count` allows it, and by `F.linear` otherwise (training, gradients,
+    torch.compile / export / jit.trace, off the CPU, hooks, an instance forward).
+
+    `packed` holds its packed weights (and biases cast to bf16) by dtype, each with the version counters and data
+    pointers of the weight and the bias when it was made: a copy is remade when any of them changes. Packed oneDNN
+    tensors are opaque (no storage), so a deep copy or pickle of the layer leaves them out; the copy packs its own on
+    first use."""
+
+    packed: dict[torch.dtype, tuple[tuple[int, ...], torch.Tensor, torch.Tensor | None]]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # First: under torch.compile / torch.export every check below is a graph break or a guard on a symbolic size
+        # (`is_inference()` cannot be traced at all), and compiled code packs weights itself.
+        if torch.compiler.is_compiling():
+            return nn.functional.linear(hidden_states, self.weight, self.bias)
+        if (
+            hidden_states.dtype == torch.float32
+            and hidden_states.numel() * self.out_features < PACKED_LINEAR_MIN_MACS
+            and not torch.is_autocast_enabled(hidden_states.device.type)
+        ):
+            # Speed only: a small float32 product takes `F.linear` whatever the checks below say (see
+            # `inference_linear_dtype`); answering first saves them, a tenth of a decoding step's time at batch 1. A
+            # decoding step's few rows are split over the threads instead, where `split_count` allows.
+            if hidden_states.numel() <= SPLIT_LINEAR_MAX_ROWS * hidden_states.shape[-1]:
+                chunks = split_count(self, hidden_states)
+                if chunks > 1:
+                    return split_linear(hidden_states, self.weight, self.bias, chunks)
+            return nn.functional.linear(hidden_states, self.weight, self.bias)
+        if calls_plain_forward(self):
+            dtype = packable_dtype(self, hidden_states)
+            if dtype is not None:
+                return packed_linear(self, hidden_states, dtype)
+        return nn.functional.linear(hidden_states, self.weight, self.bias)
+
+    def train(self, mode: bool = True) -> nn.Linear:
+        """`nn.Module.train`; `train(True)` also undoes the preparation (`unprepare`)."""
+        if mode:
+            self.unprepare()
+        return nn.Linear.train(self, mode)  # not super(): `unprepare` has changed the class
+
+    def unprepare(self) -> None:
+        """Back to a plain `nn.Linear` without packed copies; only `prepare_for_cpu_inference` packs again."""
+        self.__dict__.pop("packed", None)
+        self.__class__ = nn.Linear
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Used by pickle and copy.deepcopy: the packed copies cannot be copied or pickled.
+        state = super().__getstate__()
+        return {**state, "packed": {}}
 
 
 def packed_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `packed_forward` may multiply by a packed weight, or None where it must not: on the CPU,
+    """The dtype in which a `PackedLinear` may multiply by a packed weight, or None where it must not: on the CPU,
     no gradient wanted, not under torch.compile (which packs weights itself), torch.export or torch.jit.trace (their
     graphs must hold portable ops), oneDNN present and enabled; float32, or bfloat16 (bf16 autocast, or bf16 inputs
     and weights) where oneDNN has bf16 kernels."""
@@ -144,14 +174,13 @@ def onednn_linear_dtypes() -> tuple[torch.dtype, ...]:
 
 
 def calls_plain_forward(module: nn.Module) -> bool:
-    """True where `module(x)` would only run `nn.Linear.forward` (or the packed forward, which computes the same):
-    exactly an `nn.Linear` (not a PEFT, quantized or other subclass), no hooks of its own or global ones, no other
-    per-instance forward (accelerate's offloading sets one)."""
+    """True where `module(x)` only runs `PackedLinear.forward` (which computes `nn.Linear.forward`): in eval mode, no
+    hooks of its own or global ones, no per-instance forward (accelerate's offloading sets one)."""
     hooks = torch.nn.modules.module
-    forward = module.__dict__.get("forward")
     return (
-        type(module) is nn.Linear
-        and (forward is None or type(forward) is PackedForward)
+        type(module) is PackedLinear
+        and not module.training
+        and "forward" not in module.__dict__
         and not (module._forward_hooks or module._forward_pre_hooks)
         and not (module._backward_hooks or module._backward_pre_hooks)
         and not (hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
@@ -169,7 +198,7 @@ def packable_dtype(layer: nn.Linear, hidden_states: torch.Tensor) -> torch.dtype
 
 
 def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which `packed_forward` multiplies by a packed weight, or None for the plain linear:
+    """The dtype in which a `PackedLinear` multiplies by a packed weight, or None for the plain linear:
     `packed_linear_dtype`, and in float32 only products of at least `PACKED_LINEAR_MIN_MACS` multiply-adds (under
     bf16 autocast the packed product wins at every size: it skips autocast's casts)."""
     dtype = packed_linear_dtype(hidden_states, weight)
@@ -212,74 +241,30 @@ def split_linear(
     return products.permute(2, 0, 1).reshape(*hidden_states.shape[:-1], out_features)
 
 
-def packed_linear(module: nn.Linear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`module(hidden_states)` computed in `dtype` by oneDNN from a packed copy of the weight, made on first use and
-    again after every change to the weight (its version counter or storage changes, or an optimizer stepped it).
-    No checks: see `packed_forward`."""
-    packed = kept_copy(module.weight, dtype, pack_weight)
-    bias = module.bias
-    if bias is not None and bias.dtype != dtype:
-        bias = kept_copy(bias, dtype, cast_bias)  # autocast's cast, once per change instead of at every call
+def packed_linear(layer: PackedLinear, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`layer(hidden_states)` computed in `dtype` by oneDNN from the layer's packed copy of its weight, made on first
+    use and again whenever the weight's version counter or storage changes (`packed_weight`). No checks: see
+    `PackedLinear.forward`."""
+    packed, bias = packed_weight(layer, dtype)
     if hidden_states.dtype != dtype:
         hidden_states = hidden_states.to(dtype)
     return torch.ops.mkldnn._linear_pointwise(hidden_states, packed, bias, "none", [], "")
 
 
-def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
-
-
-def cast_bias(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return bias.detach().to(dtype)
-
-
-def kept_copy(
-    tensor: torch.Tensor, dtype: torch.dtype, make: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
-) -> torch.Tensor:
-    """`make(tensor, dtype)`, kept in `_PACKED_WEIGHTS` until the tensor changes (its version counter or storage;
-    an optimizer step: `forget_stepped_weights`) or is freed."""
-    key = (tensor._version, tensor.data_ptr())
-    by_dtype = _PACKED_WEIGHTS.get(id(tensor))
-    if by_dtype is None:
-        by_dtype = _PACKED_WEIGHTS[id(tensor)] = {}
-        weakref.finalize(tensor, _PACKED_WEIGHTS.pop, id(tensor), None)
-        _watch_optimizer_steps()
-    kept = by_dtype.get(dtype)
+def packed_weight(layer: PackedLinear, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The layer's weight packed for oneDNN in `dtype` and its bias in `dtype` (autocast's cast, once per change
+    instead of at every call), kept in `layer.packed` until the weight or the bias changes (its version counter or
+    data pointer)."""
+    weight, bias = layer.weight, layer.bias
+    key = (weight._version, weight.data_ptr())
+    if bias is not None:
+        key += (bias._version, bias.data_ptr())
+    kept = layer.packed.get(dtype)
     if kept is None or kept[0] != key:
-        kept = by_dtype[dtype] = (key, make(tensor, dtype))
-    return kept[1]
-
-
-_OPTIMIZER_HOOK: list[torch.utils.hooks.RemovableHandle] = []
-
-
-def _watch_optimizer_steps() -> None:
-    """Registers (once) `forget_stepped_weights` as a post-step hook of every optimizer."""
-    if not _OPTIMIZER_HOOK:
-        _OPTIMIZER_HOOK.append(register_optimizer_step_post_hook(forget_stepped_weights))
-
-
-def forget_stepped_weights(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    """After any optimizer's step, drops the packed copies of the weights it updated. Fused optimizers (transformers'
-    default `adamw_torch_fused`) write the weights without bumping their version counters, so the version alone
-    would keep a stale copy, and evaluation between training steps would multiply by the weights of an earlier step.
-    (An in-place write through `weight.data` bumps no counter either: call `weight.copy_` under `torch.no_grad()`.)"""
-    if _PACKED_WEIGHTS:
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                by_dtype = _PACKED_WEIGHTS.get(id(param))
-                if by_dtype:
-                    by_dtype.clear()
-
-
-@contextlib.contextmanager
-def plain_kernels() -> Iterator[None]:
-    """Within the block, every layer runs its own `nn.Linear` forward: the packed and split paths are off (oneDNN is
-    switched off; the warning about Intel-GPU TF32 that torch prints at each switch is silenced)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-        with torch.backends.mkldnn.flags(enabled=False):
-            yield
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), None)
+        cast_bias = None if bias is None else bias.detach().to(dtype)
+        kept = layer.packed[dtype] = (key, packed, cast_bias)
+    return kept[1], kept[2]
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -287,13 +272,13 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
 def keep_freed_memory() -> bool:
-    """Process-wide: ask glibc's malloc to keep freed memory for reuse (`mallopt`: blocks up to 1 GiB come from the
-    heap rather than from a fresh mapping each, and the heap is not trimmed back below 2 GiB of free space).
-    Decoding allocates and frees (rows, vocabulary) score tensors at every step; with glibc's defaults many are
-    mapped afresh and their pages faulted in again: about 40,000 page faults per `generate()` of the base
-    configuration with int8 layers at beam 4, batch 16, which then took 1.25x as long (docs/results.md). The process
-    keeps its peak memory from then on, as with jemalloc or tcmalloc. Returns False where there is no glibc
-    (nothing is changed)."""
+    """Process-wide, for the process owner only (the command line calls it; library code must not): ask glibc's
+    malloc to keep freed memory for reuse (`mallopt`: blocks up to 1 GiB come from the heap rather than from a fresh
+    mapping each, and the heap is not trimmed back below 2 GiB of free space). Decoding allocates and frees
+    (rows, vocabulary) score tensors at every step; with glibc's defaults many are mapped afresh and their pages
+    faulted in again: about 40,000 page faults per `generate()` of the base configuration with int8 layers at beam 4,
+    batch 16, which then took 1.25x as long (docs/results.md). The process keeps its peak memory from then on, as
+    with jemalloc or tcmalloc. Returns False where there is no glibc (nothing is changed)."""
     if not sys.platform.startswith("linux"):
         return False
     try:

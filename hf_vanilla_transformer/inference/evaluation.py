@@ -111,7 +111,7 @@ def translate_n_best(
         logger.warning(
             f"{len(cut)} of {len(sources)} sources are longer than {max_input_tokens} tokens (the longest has "
             f"{max(cut)}) and are cut to {max_input_tokens}: their translations cover only the start. Split long "
-            f"lines into sentences, or raise the limit (max_input_tokens, --max-input-tokens)."
+            f"lines into sentences, or raise the limit (`max_input_tokens`)."
         )
     lengths = [min(length, max_input_tokens) for length in lengths]
     order = sorted(range(len(sources)), key=lambda index: -lengths[index])

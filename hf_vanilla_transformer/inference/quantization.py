@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from .cpu_inference import PackedLinear
+
 try:
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 except ImportError:  # a torch without it: quantize_int8 stops first, with int8_engine's one-line error
@@ -93,7 +95,7 @@ def int8_engine() -> str:
             f"int8 inference needs torch's dynamic quantization (torch.ao.quantization.quantize_dynamic with the "
             f"x86/fbgemm or qnnpack engine), which torch {torch.__version__} lacks (engines: "
             f"{torch.backends.quantized.supported_engines}); install a CPU build that has it, e.g. "
-            f"pip install 'torch>=2.5,<2.14' --index-url https://download.pytorch.org/whl/cpu, or run without --int8."
+            f"pip install 'torch>=2.5,<2.14' --index-url https://download.pytorch.org/whl/cpu, or run without `int8`."
         )
     return torch.backends.quantized.engine
 
@@ -101,22 +103,25 @@ def int8_engine() -> str:
 def quantize_int8(model: ModelT) -> ModelT:
     """`model` with every `nn.Linear` (attention projections, feed-forward layers, the output projection) replaced in
     place by a dynamically quantized int8 layer (`Int8Linear`); returns the model, in eval mode. The replacement
-    layers are not `nn.Linear`, so the packed float32 path of cpu_inference.py (an instance forward on each
-    `nn.Linear`) leaves them alone. Raises ValueError for a model off the CPU and RuntimeError where torch has no
-    int8 kernels (`int8_engine`)."""
+    layers are not `nn.Linear`, so `prepare_for_cpu_inference` (cpu_inference.py), run after this, leaves them alone;
+    a model prepared before is made plain first (its `PackedLinear` layers are quantized like any `nn.Linear`).
+    Raises ValueError for a model off the CPU and RuntimeError where torch has no int8 kernels (`int8_engine`)."""
     devices = {parameter.device.type for parameter in model.parameters()}
     if devices != {"cpu"}:
         raise ValueError(
             f"int8 quantization runs on the CPU only, but the model is on {sorted(devices)}; load it on the CPU "
-            f"(model.to('cpu')) before quantize_int8, or drop --int8."
+            f"(model.to('cpu')) before quantize_int8, or drop `int8`."
         )
     int8_engine()
     # The weights' scales are per output row (per channel), as CTranslate2's; the default qconfig has one per tensor.
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     model.eval()
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            module.unprepare()  # quantize_dynamic matches exact classes
     with warnings.catch_warnings():
         # torch >= 2.10 warns at each quantized weight that quantized tensors are deprecated; the kernels are present
-        # (int8_engine checked), and a user of --int8 cannot act on it.
+        # (int8_engine checked), and a user of `int8` cannot act on it.
         warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel")
         warnings.filterwarnings("ignore", category=DeprecationWarning, message="torch.ao.quantization is deprecated")
         torch.ao.quantization.quantize_dynamic(

@@ -18,14 +18,13 @@ paper's settings. This file imports only torch and transformers: it is copied ne
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 from contextvars import ContextVar
 from typing import Any
 
 import torch
 from transformers import GenerationConfig, PretrainedConfig
-from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.masking_utils import create_bidirectional_mask
 
@@ -166,57 +165,6 @@ def cross_attention_mask(
     return kept[2]
 
 
-class SignatureMemoLogitsProcessorList(LogitsProcessorList):
-    """`LogitsProcessorList` that reads each processor's `__call__` signature once instead of at every step.
-
-    Speed only, same calls and results: transformers' list works the signature out through `inspect` for every
-    processor at every decoding step (to know whether it takes extra kwargs), which costs tens of microseconds per
-    processor and step on a CPU, about as much as a small model's matrix product for one token."""
-
-    def __init__(self, processors: Any = ()) -> None:
-        super().__init__(processors)
-        self._parameters: dict[Any, list[str]] = {}
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        for processor in self:
-            call = processor.__call__
-            # A bound method is a new object at every access: key by its function (and class), which fixes it.
-            key = getattr(call, "__func__", call)
-            names = self._parameters.get(key)
-            if names is None:
-                names = self._parameters[key] = list(inspect.signature(call).parameters)
-            if len(names) > 2:
-                if not all(name in kwargs for name in names[2:]):
-                    raise ValueError(
-                        f"Make sure that all the required parameters: {names} for {processor.__class__} are passed "
-                        "to the logits processor."
-                    )
-                scores = processor(input_ids, scores, **kwargs)
-            else:
-                scores = processor(input_ids, scores)
-        return scores
-
-
-# Model inputs that make `prepare_inputs_for_generation` take transformers' general path (they need slicing, mask
-# building or dropping after the first step); a decoding step of this model brings none of them.
-_GENERAL_PATH_INPUTS = frozenset(
-    {
-        "decoder_attention_mask",
-        "decoder_position_ids",
-        "position_ids",
-        "token_type_ids",
-        "mm_token_type_ids",
-        "moe_mm_token_type_ids",
-        "past_key_values",
-        "inputs_embeds",
-        "labels",
-        "mm_encoder_outputs",
-        "pixel_values",
-        "pixel_mask",
-    }
-)
-
-
 def _setting(name: str, kwargs: dict[str, Any], *configs: GenerationConfig | None) -> Any:
     """A paper-decoding field: popped from the generate() kwargs, else from the first config that sets it."""
     if name in kwargs:
@@ -231,14 +179,6 @@ class PaperGenerationMixin(GenerationMixin):
     """`GenerationMixin` plus the §6.1 decoding controls `length_penalty_type` and `max_new_tokens_offset`
     (module docstring). Without them, `generate` is transformers' own: greedy, sampling, beam search,
     `num_return_sequences`, caching all behave as usual."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Speed only: transformers reads the forward's signature at every generation step of a model that can be
-        # saved as remote code (to see whether it still takes `cache_position`); worked out through the decorators,
-        # that is a tenth of a millisecond and more per step on a CPU. Computed once here, it is read back at once.
-        if "forward" in cls.__dict__:
-            cls.forward.__signature__ = inspect.signature(cls.forward)
 
     def generate(
         self,
@@ -278,47 +218,6 @@ class PaperGenerationMixin(GenerationMixin):
             )
         finally:
             _GNMT_PENALTY.reset(token)
-
-    def _get_logits_processor(self, *args: Any, **kwargs: Any) -> LogitsProcessorList:
-        """transformers' processors (those the config asks for, then the caller's), in a list that reads their
-        signatures once (`SignatureMemoLogitsProcessorList`)."""
-        return SignatureMemoLogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
-
-    def prepare_inputs_for_generation(
-        self,
-        input_ids: torch.LongTensor,
-        next_sequence_length: int | None = None,
-        cache: Cache | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """A decoding step's model inputs: what transformers' `prepare_inputs_for_generation` returns for this model
-        (the last token as `decoder_input_ids`, the cache, the source mask as `attention_mask`, every other
-        kwarg as is), built without its general machinery (deprecated-name wrapper, mask building for static caches,
-        multimodal and remote-code branches), which costs a few tenths of a millisecond per step on a CPU. Any
-        other case (the first step, no cache or a static one, a decoder mask, positions, embeddings) takes
-        transformers' path."""
-        if (
-            next_sequence_length == 1
-            and type(cache) is EncoderDecoderCache
-            and not cache.is_compileable
-            and input_ids.device == self.device
-            and not kwargs.get("is_first_iteration")
-            and _GENERAL_PATH_INPUTS.isdisjoint(kwargs)
-        ):
-            model_inputs: dict[str, Any] = {
-                "decoder_input_ids": input_ids[:, -1:].clone(memory_format=torch.contiguous_format),
-                "cache": cache,
-            }
-            if attention_mask is not None:
-                model_inputs["attention_mask"] = attention_mask
-            kwargs.pop("is_first_iteration", None)
-            for key, value in kwargs.items():
-                model_inputs.setdefault(key, value)
-            return model_inputs
-        return super().prepare_inputs_for_generation(
-            input_ids, next_sequence_length=next_sequence_length, cache=cache, attention_mask=attention_mask, **kwargs
-        )
 
     def _limit_by_source_length(
         self,
@@ -390,7 +289,6 @@ class PaperGenerationMixin(GenerationMixin):
 __all__ = [
     "LENGTH_PENALTY_TYPES",
     "PaperGenerationMixin",
-    "SignatureMemoLogitsProcessorList",
     "SourceLengthLogitsProcessor",
     "gnmt_exponent",
     "gnmt_length_penalty",

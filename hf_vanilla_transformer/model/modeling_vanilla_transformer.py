@@ -5,9 +5,9 @@ decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
 Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
-input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss),
-cpu_inference.py (oneDNN-packed weights for CPU inference: speed only, plugged in by `post_init`) and
-generation_vanilla_transformer.py (§6.1 decoding).
+input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss) and
+generation_vanilla_transformer.py (§6.1 decoding). The model is plain PyTorch: CPU speed is an explicit step of the
+package (`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
 """
 
 import math

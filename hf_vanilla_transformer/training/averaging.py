@@ -5,7 +5,8 @@ checkpoints, which were written at 10-minute intervals. For the big models, we a
 as written by `save_pretrained` / the Trainer, or single .safetensors files), accumulated in float32 and cast back
 to each tensor's dtype (fairseq's `average_checkpoints.py` semantics). Non-float tensors must be equal in every
 checkpoint. Checkpoints that disagree in keys, shapes, dtypes or config.json are refused with the difference named.
-`write_averaged_model` turns the mean into a Hub-ready model folder.
+`write_averaged_model` turns the mean into a Hub-ready model folder; `average(AverageOptions(...))` does so for the
+`average` command.
 
 Which checkpoints (`select_checkpoints`, `train --average`): the last k (§6.1, "last"), the k with the best dev
 BLEU ("best"), or k spread evenly over the end of the run ("spread": the checkpoints nearest to the times
@@ -17,6 +18,7 @@ duration; with span = k × the checkpoint interval it is "last", the paper's 5 c
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,8 +27,13 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from ..files import replaced_folder
+from ..errors import OptionError
+from ..files import replaced_folder, writable_folder
+from ..inference.loading import model_folder
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from .options import parse_duration
 
 # config.json entries that differ between checkpoints of one run without changing the model.
 _CONFIG_KEYS_IGNORED = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype")
@@ -195,7 +202,7 @@ def checkpoint_infos(folder: str | Path) -> list[CheckpointInfo]:
 
 @dataclass(frozen=True)
 class AverageSpan:
-    """The end of a run that `--average spread` spreads its checkpoints over: a `fraction` of the run's training
+    """The end of a run that `average="spread"` spreads its checkpoints over: a `fraction` of the run's training
     time (e.g. "50%") or a number of `seconds` (e.g. "30m")."""
 
     fraction: float | None = None
@@ -203,8 +210,6 @@ class AverageSpan:
 
     @classmethod
     def parse(cls, text: str | float) -> AverageSpan:
-        from .trainer import parse_duration
-
         value = str(text).strip()
         if value.endswith("%"):
             try:
@@ -304,16 +309,12 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     Written beside `output_dir` first, then swapped in whole (`replaced_folder`): a kill leaves the old folder or the
     new one; the folder's other entries (a user's files, the results and figures `train` writes after this) are carried
     over, stale model files dropped."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
-
-    from .. import VanillaTransformerConfig  # importing the package registers the Auto classes
-
     last = Path(paths[-1]) if paths else None
     if last is None or not (last / "config.json").is_file():
         raise ValueError(f"{last} must be a checkpoint folder with a config.json to build a model folder from.")
     output_dir = Path(output_dir)
     if any(output_dir.resolve() == Path(path).resolve() for path in paths):
-        raise ValueError(f"`output_dir` {output_dir} is one of the checkpoints to average; write to a new folder.")
+        raise ValueError(f"The model folder {output_dir} is one of the checkpoints to average; write to a new folder.")
     config = json.loads((last / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") != VanillaTransformerConfig.model_type:
         raise ValueError(
@@ -339,10 +340,49 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     return output_dir
 
 
+@dataclass(frozen=True)
+class AverageOptions:
+    """Average `checkpoints` (folders), or with `last` the last N complete `checkpoint-*` folders of the one folder
+    in `checkpoints`, into the model folder `output` (§6.1)."""
+
+    checkpoints: Sequence[str | os.PathLike]
+    output: str | os.PathLike
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class AverageResult:
+    """The checkpoints averaged, oldest first, and the model folder written."""
+
+    checkpoints: list[Path]
+    output: Path
+
+
+def average(options: AverageOptions) -> AverageResult:
+    """Average the checkpoints' weights (float32 accumulation) into a Hub-ready model folder."""
+    if options.last is not None:
+        if len(options.checkpoints) != 1:
+            raise OptionError(f"`last` takes one folder of checkpoints, got {len(options.checkpoints)} paths.")
+        paths = last_checkpoints(options.checkpoints[0], options.last, complete_only=True)  # skips interrupted saves
+    else:
+        paths = [Path(path) for path in options.checkpoints]
+        for path in paths:
+            if not path.exists():
+                raise OptionError(f"Checkpoint {path} does not exist. Check the path.")
+            if path.is_dir():  # a folder of this package's model; a .safetensors file is averaged as it is
+                model_folder(path, None, name="Checkpoint", tokenizer=False)
+    output = writable_folder(options.output, "output")
+    write_averaged_model(paths, output)
+    return AverageResult(paths, output)
+
+
 __all__ = [
     "AVERAGE_MODES",
+    "AverageOptions",
+    "AverageResult",
     "AverageSpan",
     "CheckpointInfo",
+    "average",
     "average_checkpoints",
     "checkpoint_infos",
     "checkpoint_step",

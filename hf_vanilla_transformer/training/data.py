@@ -39,8 +39,8 @@ from typing import BinaryIO
 
 import numpy as np
 import pyarrow.compute as pc
-from datasets import Dataset, DatasetDict
-from datasets.exceptions import DatasetGenerationError
+from datasets import Dataset, DatasetDict, Translation, Value, load_dataset, load_from_disk
+from datasets.exceptions import DatasetGenerationError, DatasetsError
 from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from transformers import PreTrainedTokenizerBase
 
@@ -237,7 +237,7 @@ def check_language_pair(src_lang: str, tgt_lang: str, languages: tuple[str, ...]
         if value not in languages:
             raise ValueError(
                 f"`{name}` must be one of {', '.join(languages)} for Multi30k, got {value!r}. For other languages "
-                "pass your own parallel files (--train-src/--train-tgt on the command line)."
+                "pass your own parallel files (`train_src`/`train_tgt`)."
             )
     if src_lang == tgt_lang:
         raise ValueError(f"`src_lang` and `tgt_lang` must differ, got {src_lang!r} for both.")
@@ -277,8 +277,6 @@ def from_dataset(
     values (an empty csv cell, a language absent from one row's dict) become empty texts, which `tokenize_pairs`
     drops and counts. Problems raise a one-line ValueError naming `name` (the dataset and split), what it holds and
     the fix."""
-    from datasets import Translation, Value
-
     if not isinstance(dataset, Dataset):
         raise ValueError(
             f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}. Pick a split, e.g. dataset['train']."
@@ -296,14 +294,14 @@ def from_dataset(
         if not isinstance(feature, (Translation, dict)):
             raise ValueError(
                 f"{name}: the `translation` column holds {feature}, not {{language: text}} dicts. Pass "
-                "--src-column/--tgt-column naming two text columns instead."
+                "`src_column`/`tgt_column` naming two text columns instead."
             )
         languages = feature.languages if isinstance(feature, Translation) else list(feature)
-        for option, lang in (("--src-lang", src_lang), ("--tgt-lang", tgt_lang)):
+        for option, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
             if lang not in languages:
                 raise ValueError(
                     f"{name}: the `translation` column has no language {lang!r} (its languages: "
-                    f"{', '.join(sorted(languages))}). Pass {option} with one of those."
+                    f"{', '.join(sorted(languages))}). Pass `{option}` with one of those."
                 )
         # The dicts are an Arrow struct: flattening gives one plain column per language without a Python pass.
         dataset = dataset.select_columns(["translation"]).flatten()
@@ -312,13 +310,13 @@ def from_dataset(
     else:
         pair = (src_column or src_lang, tgt_column or tgt_lang)
         where = "column"
-        for option, column in zip(("--src-column", "--tgt-column"), pair, strict=True):
+        for option, column in zip(("src_column", "tgt_column"), pair, strict=True):
             if column not in columns:
                 raise ValueError(
-                    f"{name} has no column {column!r} (its columns: {', '.join(columns)}). Pass {option} naming the "
+                    f"{name} has no column {column!r} (its columns: {', '.join(columns)}). Pass `{option}` naming the "
                     "column that holds the "
-                    + ("source" if option == "--src-column" else "target")
-                    + " sentences (the columns default to --src-lang/--tgt-lang)."
+                    + ("source" if option == "src_column" else "target")
+                    + " sentences (the columns default to `src_lang`/`tgt_lang`)."
                 )
         if pair[0] == pair[1]:
             raise ValueError(f"{name}: source and target are both column {pair[0]!r}. Pass two different columns.")
@@ -344,8 +342,6 @@ DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parque
 
 def _flat(error: BaseException) -> str:
     """An error's message on one line: a generation error's cause (what the reader said), whitespace collapsed."""
-    from datasets.exceptions import DatasetGenerationError
-
     if isinstance(error, DatasetGenerationError) and error.__cause__ is not None:
         error = error.__cause__
     return " ".join(str(error).split())[:400] or type(error).__name__
@@ -374,25 +370,22 @@ def _first_bad_line(path: Path) -> str | None:
 
 def _load_raw_dataset(name_or_path: str | Path, config: str | None) -> DatasetDict:
     """The splits of `name_or_path`: a save_to_disk folder, a local data file or folder of them, or a Hub name."""
-    from datasets import load_dataset, load_from_disk
-    from datasets.exceptions import DatasetsError
-
     path = Path(name_or_path)
     local = path.exists() or path.suffix in DATA_FILE_BUILDERS or str(name_or_path).startswith((".", "/", "~"))
     if local and config is not None:
         raise ValueError(
-            f"`--dataset-config {config}` picks a configuration of a Hub dataset, but {name_or_path} is a local "
-            "path. Drop --dataset-config."
+            f"`dataset_config={config}` picks a configuration of a Hub dataset, but {name_or_path} is a local "
+            "path. Drop `dataset_config`."
         )
     if local and not path.exists():
         raise ValueError(
-            f"`--dataset` {name_or_path} does not exist. Check the path (a json/jsonl/csv/parquet file or a folder)."
+            f"`dataset` {name_or_path} does not exist. Check the path (a json/jsonl/csv/parquet file or a folder)."
         )
     if path.is_file() and path.suffix not in DATA_FILE_BUILDERS:
         raise ValueError(
-            f"`--dataset` {name_or_path} has the unknown file type {path.suffix or '(no extension)'!r}. Pass a "
+            f"`dataset` {name_or_path} has the unknown file type {path.suffix or '(no extension)'!r}. Pass a "
             f"{'/'.join(suffix[1:] for suffix in DATA_FILE_BUILDERS)} file, a save_to_disk folder, or plain text "
-            "files with --train-src/--train-tgt."
+            "files with `train_src`/`train_tgt`."
         )
     saved = (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
     try:
@@ -406,15 +399,15 @@ def _load_raw_dataset(name_or_path: str | Path, config: str | None) -> DatasetDi
         where = _first_bad_line(path) if path.is_file() and path.suffix != ".parquet" else None
         if where is not None:
             raise ValueError(
-                f"`--dataset` {name_or_path}: {where}. Fix that line (a .jsonl file holds one JSON object per line)."
+                f"`dataset` {name_or_path}: {where}. Fix that line (a .jsonl file holds one JSON object per line)."
             ) from None
         what = "read" if local else "loaded from the Hub"
         fix = (
             f"Check that it is a valid {path.suffix[1:] or 'data'} file (json: one object per line for jsonl)."
             if local
-            else "Check the name and --dataset-config, and that the Hub is reachable (or pass a local file)."
+            else "Check the name and `dataset_config`, and that the Hub is reachable (or pass a local file)."
         )
-        raise ValueError(f"`--dataset` {name_or_path} could not be {what}: {_flat(error)}. {fix}") from None
+        raise ValueError(f"`dataset` {name_or_path} could not be {what}: {_flat(error)}. {fix}") from None
     return loaded if isinstance(loaded, DatasetDict) else DatasetDict({"train": loaded})
 
 
@@ -435,8 +428,6 @@ def load_dataset_pairs(
     name that gives it; the roles in `optional` may be absent (then absent from the result). The columns are
     picked by `from_dataset`. Problems raise a one-line ValueError naming the dataset, what it has and the fix.
     `progress`: show `datasets`' progress bars (on stderr) while it reads and converts files."""
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
     shown = not are_progress_bars_disabled()
     if not progress:
         disable_progress_bars()
@@ -465,8 +456,8 @@ def _dataset_pairs(
             if role in optional:
                 continue
             raise ValueError(
-                f"`--dataset` {name_or_path} has no split {split!r} (its splits: {', '.join(loaded)}). Pass "
-                f"--{role}-split with one of those."
+                f"`dataset` {name_or_path} has no split {split!r} (its splits: {', '.join(loaded)}). Pass "
+                f"`{role}_split` with one of those."
             )
         pairs[role] = from_dataset(
             loaded[split],
@@ -474,7 +465,7 @@ def _dataset_pairs(
             tgt_lang,
             src_column,
             tgt_column,
-            name=f"`--dataset` {name_or_path} (split {split})",
+            name=f"`dataset` {name_or_path} (split {split})",
         )
     return pairs
 
@@ -497,11 +488,11 @@ class Cleaning:
 
     def summary(self) -> str:
         """One line with every count, for the log."""
-        long = f"over --max-length {self.max_length} tokens" if self.max_length is not None else "too long (no limit)"
+        long = f"over `max_length={self.max_length}` tokens" if self.max_length is not None else "too long (no limit)"
         ratio = (
-            f"over --max-length-ratio {self.max_length_ratio:g}"
+            f"over `max_length_ratio={self.max_length_ratio:g}`"
             if self.max_length_ratio is not None
-            else "over a length ratio (--max-length-ratio off)"
+            else "over a length ratio (`max_length_ratio` off)"
         )
         return (
             f"Cleaning: kept {self.kept:,} of {self.pairs:,} pairs; dropped {self.empty:,} with an empty side, "
@@ -672,7 +663,7 @@ def tokenizer_sample(dataset: Dataset, size: int, seed: int = 0) -> Iterator[str
     from the Arrow file rather than held in memory. A BPE learns its merges from word counts, which such a sample
     estimates well; training on all of a large corpus would take long and hold its whole vocabulary."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 2:
-        raise ValueError(f"`size` (--tokenizer-sample) must be an integer >= 2 (a pair's two sides), got {size!r}.")
+        raise ValueError(f"`size` (`tokenizer_sample`) must be an integer >= 2 (a pair's two sides), got {size!r}.")
     pairs = dataset.select_columns(["source", "target"])
     if 2 * len(pairs) > size:
         rng = np.random.default_rng(seed)

@@ -1,6 +1,7 @@
 """Learning curves: validation BLEU against training minutes, from the dev evaluations during training (any run
 with a validation set: `dev_curve_points` of the Trainer's log history, `write_dev_curve`), or from the snapshots a
-run saved (`train --curve-every 5m`, Multi30k validation scored after the run).
+run saved (`train` with `curve_every`, e.g. 5 minutes; Multi30k validation scored after the run:
+`learning_curve(CurveOptions(...))`, the `curve` command).
 
 The snapshots are scored after training, so the curve costs no training time; their decoding is greedy unless told
 otherwise. The plot shows the run's own curve; other curves (another run's `learning_curve.json`, or reference
@@ -10,15 +11,25 @@ curves such as docs/runs/marian_learning_curves.json) join it only from a file p
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from transformers import AutoModelForSeq2SeqLM
+
+from ..files import MODEL_DIR
 from ..inference.evaluation import evaluate_translations
+from ..inference.loading import load_tokenizer, model_folder, trained_languages
+from .data import load_multi30k
 from .trainer import SNAPSHOT_FILE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+logger = logging.getLogger(__name__)
 
 CURVE_JSON = "learning_curve.json"
 CURVE_PNG = "learning_curve.png"
@@ -36,7 +47,7 @@ def load_comparison_curves(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(
-            f"`--compare-curve` {path} is not a readable JSON file ({error}). Pass a learning_curve.json."
+            f"`compare_curve` {path} is not a readable JSON file ({error}). Pass a learning_curve.json."
         ) from None
     if isinstance(data, list):  # a run's learning_curve.json
         curves = {path.resolve().parent.name: data}
@@ -44,7 +55,7 @@ def load_comparison_curves(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         curves = data.get("curves") if isinstance(data, dict) else None
     if not isinstance(curves, dict) or not curves:
         raise ValueError(
-            f'`--compare-curve` {path} holds neither a list of points nor {{"curves": {{label: points}}}} with a '
+            f'`compare_curve` {path} holds neither a list of points nor {{"curves": {{label: points}}}} with a '
             "curve. Pass a run's learning_curve.json or a file shaped as docs/runs/marian_learning_curves.json."
         )
     for label, points in curves.items():
@@ -52,7 +63,7 @@ def load_comparison_curves(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             isinstance(point, dict) and {"minutes", "bleu"} <= point.keys() for point in points
         ):
             raise ValueError(
-                f'`--compare-curve` {path}: curve {label!r} is not a list of points with "minutes" and "bleu".'
+                f'`compare_curve` {path}: curve {label!r} is not a list of points with "minutes" and "bleu".'
             )
     return curves
 
@@ -62,7 +73,7 @@ def snapshot_folders(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(
-            f"{folder} does not exist: a learning curve needs the snapshots of `train --curve-every ...`."
+            f"{folder} does not exist: a learning curve needs the snapshots that `train` saves with `curve_every`."
         )
     found = [path for path in folder.glob("step-*") if (path / SNAPSHOT_FILE).is_file()]
     if not found:
@@ -81,8 +92,6 @@ def evaluate_snapshots(
 ) -> list[dict[str, Any]]:
     """Score every snapshot under `folder` (greedy unless `generation_kwargs` say otherwise); one dict per snapshot
     with step, training seconds and minutes, target tokens and the scores."""
-    from transformers import AutoModelForSeq2SeqLM
-
     kwargs = {"num_beams": 1, **(generation_kwargs or {})}
     points = []
     for path in snapshot_folders(folder):
@@ -97,13 +106,13 @@ def evaluate_snapshots(
                 "decoding": scores["generation"],
             }
         )
-        print(f"{path.name}: {info['seconds'] / 60:.1f} min, BLEU {scores['bleu']:.2f}", flush=True)
+        logger.info(f"{path.name}: {info['seconds'] / 60:.1f} min, BLEU {scores['bleu']:.2f}")
     return points
 
 
 def dev_curve_points(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One point per dev evaluation of a Trainer's `log_history` (training.DevEvaluationCallback): updates, epoch,
-    wall-clock seconds and minutes of the run (evaluations included, as --max-time counts them), dev loss, BLEU,
+    wall-clock seconds and minutes of the run (evaluations included, as `max_time` counts them), dev loss, BLEU,
     chrF and the evaluation's seconds."""
     return [
         {
@@ -196,12 +205,64 @@ def write_learning_curve(
     return points
 
 
+@dataclass(frozen=True)
+class CurveOptions:
+    """Score the snapshots of a `train` run with `curve_every` (RUN/curve, `run_dir` is the run's `output_dir`) on
+    Multi30k validation (languages: the options', else the run's, else en-de; the first `limit` sentences if given)
+    and plot them, beside the curves of the `compare_curve` file if given."""
+
+    run_dir: str | os.PathLike
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    batch_size: int = 64
+    limit: int | None = None
+    compare_curve: str | os.PathLike | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class CurveResult:
+    """The scored snapshots and the files written: RUN/learning_curve.json and the plot."""
+
+    points: list[dict[str, Any]]
+    json: Path
+    png: Path
+
+
+def learning_curve(options: CurveOptions) -> CurveResult:
+    """Validation BLEU (greedy) of the run's snapshots into RUN/learning_curve.json, and learning_curve.png into the
+    model folder RUN/model (the card shows it). A run folder of the layout before RUN/model (the model at RUN's
+    top level) gets both at its top level."""
+    run_dir = Path(options.run_dir)
+    model_dir = run_dir / MODEL_DIR if (run_dir / MODEL_DIR).is_dir() else run_dir
+    model_dir = model_folder(model_dir, None, name="`run_dir`")  # a run of `train`: this package's model
+    src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
+    pairs = load_multi30k(src_lang, tgt_lang, splits=("validation",))["validation"]
+    if options.limit is not None:
+        pairs = pairs.select(range(min(options.limit, len(pairs))))
+    logger.info("Learning curve: validation BLEU (greedy) of each snapshot")
+    points = write_learning_curve(
+        run_dir,
+        load_tokenizer(model_dir),
+        list(pairs["source"]),
+        list(pairs["target"]),
+        batch_size=options.batch_size,
+        progress=options.progress,
+        compare=options.compare_curve,
+        png=model_dir / CURVE_PNG,
+    )
+    return CurveResult(points, run_dir / CURVE_JSON, model_dir / CURVE_PNG)
+
+
 __all__ = [
     "CURVE_DIR",
     "CURVE_JSON",
     "CURVE_PNG",
+    "CurveOptions",
+    "CurveResult",
     "dev_curve_points",
     "evaluate_snapshots",
+    "learning_curve",
     "learning_curve_figure",
     "load_comparison_curves",
     "plot_learning_curve",

@@ -1,7 +1,7 @@
 """Training recipes: the settings of a `train` run as named data, each beside the evidence that chose it.
 
 `hf-vanilla-transformer train --recipe NAME` starts from one of `RECIPES` (explicit options override it);
-`workflows.TrainOptions.from_recipe(RECIPES[NAME], ...)` does the same from Python. A recipe holds what decides the
+`options.TrainOptions.from_recipe(RECIPES[NAME], ...)` does the same from Python. A recipe holds what decides the
 model and its optimization (preset, schedule, batches, budget, checkpoints); the data and the output folder are the
 run's own options.
 
@@ -33,6 +33,7 @@ class Recipe:
     averaging.select_checkpoints)."""
 
     name: str
+    # One line for the `train --recipe` help, which shows it as written: it names options by their flags.
     summary: str
     preset: str
     schedule: str
@@ -51,7 +52,7 @@ class Recipe:
     curve_every: float | None = None
     average: str = "last"  # §6.1: the last checkpoints
     average_span: str = "50%"  # "spread" only: a share of the run's training time, or a duration
-    # A recipe for `--init-from` only: its settings are sized for a model that is trained already.
+    # A recipe for `init_from` only: its settings are sized for a model that is trained already.
     fine_tuning: bool = False
 
     def __post_init__(self) -> None:

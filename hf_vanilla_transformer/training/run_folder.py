@@ -1,14 +1,19 @@
-"""The run folder of `train` (its `--output-dir`): one run at a time, and `--resume` only for the same run.
+"""The run folder of `train` (its `output_dir`): one run at a time, and `resume` only for the same run.
+
+- The layout: RUN/checkpoints (`CHECKPOINTS`), RUN/curve (learning_curve.CURVE_DIR), run_settings.json,
+  run_config.json and trainer_arguments.json, and the model folder RUN/model (files.MODEL_DIR).
+  `check_output_dir` reads what the folder holds before a run (checkpoints to resume from, or to overwrite);
+  `clear_for_run` removes what the run replaces.
 
 - `exclusive_run`: an exclusive lock (`flock`) on `.NAME.lock` beside the folder, held for the whole run, with the
   holder's PID in it. The operating system drops the lock when the holder dies, however it dies, so a killed run
-  never blocks its `--resume`. Beside the folder, not inside it: a model folder is swapped in whole
+  never blocks its `resume`. Beside the folder, not inside it: a model folder is swapped in whole
   (files.replaced_folder; RUN/model now, the run folder itself in runs of older versions), and a lock file inside
   the swapped folder would become another file (a copy where hard links are missing, or at the old folder's path
   after the swap); beside it, it stays one file for the run's whole life. It is never
   deleted: deleting a lock file lets a waiting process lock the deleted file while a third locks a new one.
 - `run_settings` / `check_same_run`: the settings that define a run (data, tokenizer, model, optimization,
-  precision), written to `run_settings.json` when it starts; `--resume` with any of them changed is refused,
+  precision), written to `run_settings.json` when it starts; `resume` with any of them changed is refused,
   naming each setting and both values, before anything on disk changes.
 """
 
@@ -16,42 +21,54 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..workflows import WorkflowError
+from ..errors import OptionError
+from .averaging import checkpoint_step, last_checkpoints
+from .learning_curve import CURVE_DIR
+from .mapped_pages import PageReleaser
+from .options import TrainOptions, run_config
 
 if TYPE_CHECKING:
     from datasets import Dataset
+    from transformers import TrainingArguments
 
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
 SETTINGS_FILE = "run_settings.json"
+RUN_CONFIG_FILE = "run_config.json"
+TRAINER_ARGUMENTS_FILE = "trainer_arguments.json"
 
 
 def lock_path(output_dir: Path) -> Path:
     return output_dir.parent / f".{output_dir.name}.lock"
 
 
-def _in_use(output_dir: Path, handle: Any) -> WorkflowError | None:
+def _in_use(output_dir: Path, handle: Any) -> OptionError | None:
     """None where `handle` (the open lock file) got the lock; else the error that names its holder."""
-    import fcntl
+    import fcntl  # POSIX only: imported where a lock is taken, so that the module loads everywhere
 
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
-        return WorkflowError(
-            f"`--output-dir` {output_dir} is in use by another training run (PID {holder}; lock "
-            f"{lock_path(output_dir)}). Wait for it to end or stop it, or pass another --output-dir."
+        return OptionError(
+            f"`output_dir` {output_dir} is in use by another training run (PID {holder}; lock "
+            f"{lock_path(output_dir)}). Wait for it to end or stop it, or pass another `output_dir`."
         )
     return None
 
 
 def refuse_if_in_use(output_dir: Path) -> None:
-    """Refuse (WorkflowError, naming the holder's PID) a run folder that another run holds, changing nothing on
+    """Refuse (OptionError, naming the holder's PID) a run folder that another run holds, changing nothing on
     disk: the lock file is only opened, and a lock got is let go at once. Checked before what the folder holds."""
     try:
         handle = open(lock_path(output_dir), encoding="utf-8")
@@ -65,7 +82,7 @@ def refuse_if_in_use(output_dir: Path) -> None:
 
 @contextmanager
 def exclusive_run(output_dir: Path) -> Iterator[None]:
-    """Hold the run folder's lock for the body; a second holder is refused with its PID (WorkflowError).
+    """Hold the run folder's lock for the body; a second holder is refused with its PID (OptionError).
     POSIX only (`fcntl`); `output_dir`'s parent must exist."""
     with open(lock_path(output_dir), "a+", encoding="utf-8") as handle:  # "a+": the holder's PID stays readable
         error = _in_use(output_dir, handle)
@@ -81,8 +98,6 @@ def exclusive_run(output_dir: Path) -> Iterator[None]:
 def data_fingerprint(pairs: Dataset) -> str:
     """ "N pairs, sha256 X" of the training pairs (`source` / `target` columns), as text: the same data under
     another path is the same data. Streamed in batches: a corpus of any size is hashed without being held."""
-    from .mapped_pages import PageReleaser
-
     digest = hashlib.sha256()
     releaser = PageReleaser(pairs)  # the corpus is read once: its pages need not stay resident
     for batch in pairs.select_columns(["source", "target"]).iter(batch_size=10_000):
@@ -105,17 +120,17 @@ def read_settings(output_dir: Path) -> dict[str, Any] | None:
     try:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise WorkflowError(
-            f"`--resume`: {path} is damaged ({error}); it records the run's settings. Restore it, or start afresh "
-            "with --overwrite."
+        raise OptionError(
+            f"`resume`: {path} is damaged ({error}); it records the run's settings. Restore it, or start afresh "
+            "with `overwrite`."
         ) from None
     if not isinstance(settings, dict):
-        raise WorkflowError(f"`--resume`: {path} is not a JSON object. Restore it, or start afresh with --overwrite.")
+        raise OptionError(f"`resume`: {path} is not a JSON object. Restore it, or start afresh with `overwrite`.")
     return settings
 
 
 def check_same_run(output_dir: Path, settings: dict[str, Any]) -> bool:
-    """Refuse (WorkflowError) a resume whose `settings` differ from the run's; False where the run recorded none."""
+    """Refuse (OptionError) a resume whose `settings` differ from the run's; False where the run recorded none."""
     recorded = read_settings(output_dir)
     if recorded is None:
         return False
@@ -125,10 +140,10 @@ def check_same_run(output_dir: Path, settings: dict[str, Any]) -> bool:
         if settings.get(name) != recorded.get(name)
     ]
     if differing:
-        raise WorkflowError(
-            f"`--resume`: the run in {output_dir} was started with other settings ({SETTINGS_FILE}): "
-            f"{'; '.join(differing)}. Resume with the run's settings, or start afresh with --overwrite or another "
-            "--output-dir."
+        raise OptionError(
+            f"`resume`: the run in {output_dir} was started with other settings ({SETTINGS_FILE}): "
+            f"{'; '.join(differing)}. Resume with the run's settings, or start afresh with `overwrite` or another "
+            "`output_dir`."
         )
     return True
 
@@ -144,14 +159,129 @@ def write_settings(output_dir: Path, settings: dict[str, Any]) -> None:
     os.replace(partial, output_dir / SETTINGS_FILE)
 
 
+def run_settings(
+    options: TrainOptions, train_pairs: Dataset, tokenizer: str, dropout: float, bf16: bool
+) -> dict[str, Any]:
+    """The settings that define a run (`SETTINGS_FILE`): a resume must find them unchanged. The budget (`max_time`,
+    `max_steps`, `epochs`), checkpointing, evaluation and attention kernels are not among them: a resume may extend
+    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings). The keys
+    name the options as the command line does: they are the file's format since its first version, so that runs
+    started by earlier versions still resume."""
+    return {
+        "--src-lang": options.src_lang,
+        "--tgt-lang": options.tgt_lang,
+        "training data": data_fingerprint(train_pairs),
+        "--max-length": options.max_length,
+        "--max-length-ratio": options.max_length_ratio,
+        "--tokenizer": tokenizer,
+        "--preset": options.preset,
+        "--dropout": dropout,
+        "--schedule": options.schedule,
+        "--lr": options.learning_rate(),
+        "--warmup-steps": options.warmup_steps,
+        "--label-smoothing": options.label_smoothing,
+        "--max-tokens": options.max_tokens,
+        "--grad-accum": options.grad_accum,
+        "--seed": options.seed,
+        "--bf16": "bf16" if bf16 else "fp32",
+        "processes": int(os.environ.get("WORLD_SIZE", "1")),
+    }
+
+
+def bpe_identity(options: TrainOptions, pairs: int) -> str:
+    """The `tokenizer` setting of a run that trains its BPE on `pairs` pairs, in the settings file's words (its
+    format, like the keys: a resume compares it with what earlier versions recorded)."""
+    identity = f"a joint BPE of --vocab-size {options.vocab_size}"
+    if 2 * pairs > options.tokenizer_sample:  # (the whole corpus, as before samples: no mention)
+        identity += f" on --tokenizer-sample {options.tokenizer_sample} (--seed {options.seed})"
+    return identity
+
+
+def check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
+    """(checkpoint folder, checkpoint to resume from) after checking what `output_dir` holds. Reads only: the folder
+    is created, and old checkpoints removed, once every option has been checked (`clear_for_run`)."""
+    output_dir = Path(options.output_dir)
+    # The folder and the one around it: the run's lock and the model folder's next version are written beside it.
+    for folder in (output_dir, output_dir.parent):
+        nearest = next(path for path in (folder, *folder.parents) if path.exists())
+        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+            problem = "not a folder" if not nearest.is_dir() else "not writable"
+            raise OptionError(
+                f"`output_dir` {output_dir} is not a writable folder ({nearest} is {problem}). Choose a folder "
+                "you can write to."
+            )
+    checkpoint_dir = output_dir / CHECKPOINTS
+    existing = sorted(checkpoint_dir.glob("checkpoint-*")) if checkpoint_dir.is_dir() else []
+    if options.resume and options.overwrite:
+        raise OptionError("`resume` and `overwrite` contradict each other; pass one.")
+    if options.resume:
+        if not existing:
+            raise OptionError(f"`resume` found no checkpoint in {checkpoint_dir}. Drop `resume` to start afresh.")
+        try:
+            return checkpoint_dir, last_checkpoints(checkpoint_dir, 1, complete_only=True)[0]
+        except ValueError:
+            raise OptionError(
+                f"`resume` found no complete checkpoint in {checkpoint_dir} (none has a readable trainer_state.json,"
+                " which the Trainer writes last). Pass `overwrite` instead to start afresh."
+            ) from None
+    if existing and not options.overwrite:
+        raise OptionError(
+            f"`output_dir` {output_dir} already holds checkpoints of an earlier run ({len(existing)} in "
+            f"{checkpoint_dir}). Pass `resume` to continue it, `overwrite` to start afresh, or another `output_dir`."
+        )
+    return checkpoint_dir, None
+
+
+def clear_for_run(output_dir: Path, checkpoint_dir: Path, resume_from: Path | None) -> None:
+    """What a run removes before it starts (the main process, holding the lock): on a resume the checkpoints after
+    `resume_from`, whose save was interrupted; else an earlier run's checkpoints (`overwrite`) and learning-curve
+    snapshots, which would join this run's curve."""
+    if resume_from is None:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        shutil.rmtree(output_dir / CURVE_DIR, ignore_errors=True)  # the old run's learning-curve snapshots
+        return
+    # A kill during a save leaves checkpoint-N without trainer_state.json (the Trainer writes checkpoints in
+    # place, that file last); the resumed run writes checkpoint-N again.
+    for path in sorted(checkpoint_dir.glob("checkpoint-*")):
+        step = checkpoint_step(path)
+        if step is not None and step > checkpoint_step(resume_from):
+            logger.info(
+                f"Removing incomplete {path.name} (its save was interrupted); resuming from {resume_from.name}."
+            )
+            shutil.rmtree(path)
+
+
+def trained_steps(checkpoint: Path) -> int:
+    """The updates a complete Trainer checkpoint was saved at."""
+    return json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
+
+
+def write_run_config(output_dir: Path, options: TrainOptions, training_args: TrainingArguments) -> None:
+    """RUN/run_config.json (`train --config RUN/run_config.json` repeats the run) and, for reading, every Trainer
+    argument the run uses (RUN/trainer_arguments.json)."""
+    (output_dir / RUN_CONFIG_FILE).write_text(
+        json.dumps(run_config(options), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (output_dir / TRAINER_ARGUMENTS_FILE).write_text(training_args.to_json_string() + "\n", encoding="utf-8")
+
+
 __all__ = [
+    "CHECKPOINTS",
+    "RUN_CONFIG_FILE",
     "SETTINGS_FILE",
+    "TRAINER_ARGUMENTS_FILE",
+    "bpe_identity",
+    "check_output_dir",
     "check_same_run",
+    "clear_for_run",
     "data_fingerprint",
     "exclusive_run",
     "lock_path",
     "read_settings",
     "refuse_if_in_use",
+    "run_settings",
     "tokenizer_fingerprint",
+    "trained_steps",
+    "write_run_config",
     "write_settings",
 ]

@@ -14,8 +14,8 @@
 - Logs: Trainer's tqdm bar and logs, plus target tokens per second.
 - Validation during training (`eval_every`, with an `eval_dataset` and `predict_with_generate`): the dev set is
   scored (loss, sacreBLEU and chrF of the generated translations) at each checkpoint save, every N updates or every
-  so many seconds; every evaluation saves a checkpoint, so each score belongs to one (for `--keep-best` and
-  `--average best/spread`); `early_stopping_patience` stops after that many evaluations without a better dev BLEU.
+  so many seconds; every evaluation saves a checkpoint, so each score belongs to one (for `keep_best` and
+  `average` "best" / "spread"); `early_stopping_patience` stops after that many evaluations without a better dev BLEU.
 - Deployment: the decoder start token's embedding row is kept at zero (`decoder_start_embedding="zero"`,
   start_embedding.py), as CTranslate2 starts decoding from a zero vector.
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -52,68 +52,17 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from ..inference.cpu_inference import prepare_for_cpu_inference
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .averaging import checkpoint_infos
 from .data import pair_lengths
+from .options import EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
+
+logger = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("paper", "inverse_sqrt")
 SNAPSHOT_FILE = "snapshot.json"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
-EVAL_AT_SAVES = "save"
-
-
-def parse_duration(text: str | float | int) -> float:
-    """Seconds in a duration such as "1h", "20m", "90s", "1h30m" or a plain number of seconds."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        value = str(text).strip().lower()
-        try:
-            seconds = float(value)
-        except ValueError:
-            parts = _DURATION.findall(value)
-            if not parts or _DURATION.sub("", value).strip():
-                raise ValueError(
-                    f"Durations must look like '1h', '20m', '90s', '1h30m' or a number of seconds, got {text!r}."
-                ) from None
-            seconds = sum(float(number) * {"h": 3600, "m": 60, "s": 1}[unit] for number, unit in parts)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"Durations must be positive, got {text!r}.")
-    return seconds
-
-
-@dataclass(frozen=True)
-class EvalSchedule:
-    """When the dev set is scored: every `steps` updates, every `seconds` of training (wall clock), or, with
-    neither, at each checkpoint save."""
-
-    steps: int | None = None
-    seconds: float | None = None
-
-    def describe(self) -> str:
-        if self.steps is not None:
-            return f"every {self.steps} updates"
-        if self.seconds is not None:
-            return f"every {self.seconds:g} s of training"
-        return "at each checkpoint save"
-
-
-def parse_eval_every(text: str | None) -> EvalSchedule:
-    """`--eval-every`: "save" (or None) = at each checkpoint save; a whole number = every that many updates ("500");
-    a duration with its unit = every that much training time ("10m", "90s", "1h30m")."""
-    value = EVAL_AT_SAVES if text is None else str(text).strip().lower()
-    if value == EVAL_AT_SAVES:
-        return EvalSchedule()
-    if value.isdigit():
-        if int(value) < 1:
-            raise ValueError(f"`eval_every` {text!r} must be at least 1 update.")
-        return EvalSchedule(steps=int(value))
-    if not _DURATION.search(value):
-        raise ValueError(
-            f"`eval_every` {text!r} is neither 'save', a whole number of updates (e.g. 500) nor a duration with its "
-            "unit (e.g. 10m, 90s)."
-        )
-    return EvalSchedule(seconds=parse_duration(value))
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
@@ -168,7 +117,7 @@ def bf16_matrix_units(device: torch.device) -> str | None:
 
 
 def resolve_bf16(choice: str, device: torch.device) -> tuple[bool, str]:
-    """Whether to train under bf16 autocast for `--bf16 {auto,yes,no}`, and a line that says why.
+    """Whether to train under bf16 autocast for `bf16` "auto", "yes" or "no", and a line that says why.
 
     "auto" takes bf16 where the device has bf16 matrix units (`bf16_matrix_units`: AMX or AVX512-BF16 CPUs, GPUs
     with bf16) and fp32 elsewhere (AVX2-only CPUs emulate bf16 about 100x slower than fp32); "yes" takes bf16
@@ -177,16 +126,16 @@ def resolve_bf16(choice: str, device: torch.device) -> tuple[bool, str]:
     if choice not in ("auto", "yes", "no"):
         raise ValueError(f"`bf16` is {choice!r}; pass 'auto', 'yes' or 'no'.")
     if choice == "no":
-        return False, "fp32 (--bf16 no)"
+        return False, "fp32 (`bf16=no`)"
     units = bf16_matrix_units(device)
     speedup = bf16_gemm_speedup(device)
     rate = "" if math.isinf(speedup) else f"; measured bf16 GEMM {speedup:.2g}x fp32 here"
     if choice == "yes":
-        warning = f"{units}" if units else "no bf16 matrix units: emulated and slow here, try --bf16 auto"
-        return True, f"bf16 autocast (--bf16; {warning}{rate})"
+        warning = f"{units}" if units else "no bf16 matrix units: emulated and slow here, try `bf16=auto`"
+        return True, f"bf16 autocast (`bf16`; {warning}{rate})"
     if units:
-        return True, f"bf16 autocast (--bf16 auto: {units}{rate})"
-    return False, f"fp32 (--bf16 auto: no bf16 matrix units{rate})"
+        return True, f"bf16 autocast (`bf16=auto`: {units}{rate})"
+    return False, f"fp32 (`bf16=auto`: no bf16 matrix units{rate})"
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -470,7 +419,7 @@ class LearningCurveCallback(TrainerCallback):
 
 class DevEvaluationCallback(TrainerCallback):
     """Asks the Trainer to score its eval_dataset on the `schedule` (`EvalSchedule`), and to save a checkpoint with
-    every evaluation, so that each dev score belongs to a checkpoint; prints one line per evaluation. Evaluation
+    every evaluation, so that each dev score belongs to a checkpoint; logs one line per evaluation. Evaluation
     time is wall-clock time like the rest: it counts against `max_time`, and the line says how much it took."""
 
     def __init__(self, clock: WallClockCallback, schedule: EvalSchedule) -> None:
@@ -499,8 +448,8 @@ class DevEvaluationCallback(TrainerCallback):
 
     def on_step_end(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         due = self._due(state, control)
-        # The last update (the budget or --max-steps reached) is scored too: the run's final checkpoint gets its dev
-        # score, and a run shorter than one --eval-every still has one for --average best and --keep-best.
+        # The last update (the budget or `max_steps` reached) is scored too: the run's final checkpoint gets its dev
+        # score, and a run shorter than one `eval_every` still has one for `average="best"` and `keep_best`.
         if due or (control.should_training_stop and state.global_step != self.evaluated_step):
             control.should_evaluate = control.should_save = True
 
@@ -514,12 +463,11 @@ class DevEvaluationCallback(TrainerCallback):
         metrics = metrics or {}
         self.eval_seconds += metrics.get("eval_runtime", 0.0)
         if state.is_world_process_zero and "eval_bleu" in metrics:
-            print(
+            logger.info(
                 f"Dev at update {state.global_step} ({self.clock.last_elapsed / 60:.1f} min): BLEU "
                 f"{metrics['eval_bleu']:.2f}, chrF {metrics['eval_chrf']:.2f}, loss {metrics['eval_loss']:.4f} "
-                f"({metrics.get('eval_runtime', 0.0):.0f} s, wall-clock time counted in --max-time; "
-                f"{self.eval_seconds:.0f} s of evaluation so far)",
-                flush=True,
+                f"({metrics.get('eval_runtime', 0.0):.0f} s, wall-clock time counted in `max_time`; "
+                f"{self.eval_seconds:.0f} s of evaluation so far)"
             )
 
 
@@ -551,27 +499,24 @@ class DevBleuEarlyStoppingCallback(TrainerCallback):
         if self.waited >= self.patience:
             control.should_training_stop = True
             if state.is_world_process_zero:
-                print(
+                logger.info(
                     f"Early stopping at update {state.global_step}: {self.waited} evaluation"
                     f"{'s' if self.waited > 1 else ''} without a dev BLEU "
-                    f"above {self.best:.2f} (--early-stopping-patience {self.patience})",
-                    flush=True,
+                    f"above {self.best:.2f} (`early_stopping_patience={self.patience}`)"
                 )
 
 
 class CheckpointRetentionCallback(TrainerCallback):
     """After each save, deletes the checkpoints of `folder` that `keep` (a function of the checkpoints'
     `averaging.CheckpointInfo`s, oldest first, returning the paths to keep) does not keep, besides the newest (to
-    resume from) and the Trainer's best_model_checkpoint (`--keep-best`). Used instead of save_total_limit where the
-    checkpoints to average are not simply the last ones (`--average best/spread`)."""
+    resume from) and the Trainer's best_model_checkpoint (`keep_best`). Used instead of save_total_limit where the
+    checkpoints to average are not simply the last ones (`average` "best" / "spread")."""
 
     def __init__(self, folder: str | Path, keep: Any) -> None:
         self.folder = Path(folder)
         self.keep = keep
 
     def on_save(self, args, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        from .averaging import checkpoint_infos
-
         if not state.is_world_process_zero:
             return
         infos = checkpoint_infos(self.folder)
@@ -785,6 +730,17 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         if len(missing) < len(load_result.missing_keys):
             model.tie_weights()
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def evaluation_loop(self, *args: Any, **kwargs: Any) -> Any:
+        """`Seq2SeqTrainer.evaluation_loop`; decoding on the CPU (`predict_with_generate`), the model is first
+        prepared for CPU inference (`prepare_for_cpu_inference`: packed copies of this evaluation's weights). The
+        next training step's `model.train()` undoes it, so training multiplies by the plain weights and the next
+        evaluation packs the weights it trained."""
+        model = self.accelerator.unwrap_model(self.model)
+        parameter = next(model.parameters(), None)
+        if self.args.predict_with_generate and parameter is not None and parameter.device.type == "cpu":
+            prepare_for_cpu_inference(model.eval())
+        return super().evaluation_loop(*args, **kwargs)
 
     def prediction_step(self, *args: Any, **kwargs: Any) -> Any:
         # Seq2SeqTrainer writes generate()'s global defaults (max_length 20) into the model's generation config after

@@ -9,9 +9,9 @@ converted config says `layer_norm_type="annotated_std"`.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,7 +19,7 @@ from torch import nn
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from conversion import annotated
-from conversion.__main__ import build_parser, main
+from conversion.__main__ import main
 from conversion._common import TARGET_TOKENIZER, load_with_key_map, reference_logits, safe_torch_load
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
@@ -30,14 +30,14 @@ BOS, EOS, PAD = 0, 1, 2
 GENERATIONS = json.loads((FIXTURE / "generations.json").read_text())
 
 
-def arguments(source: Path = FIXTURE / "model.pt", *extra: str, heads: int = 4) -> argparse.Namespace:
-    """The command line's parsed options (the in-memory conversion writes nothing); the fixture has 4 heads."""
-    return build_parser().parse_args(["annotated", str(source), "unused", "--heads", str(heads), *extra])
+def options(source: Path = FIXTURE / "model.pt", heads: int = 4, **settings: Any) -> annotated.AnnotatedOptions:
+    """The converter's options (the in-memory conversion writes nothing); the fixture has 4 heads."""
+    return annotated.AnnotatedOptions(source, Path("unused"), heads=heads, **settings)
 
 
-def converted_model(weights: dict[str, torch.Tensor], args: argparse.Namespace):
+def converted_model(weights: dict[str, torch.Tensor], given: annotated.AnnotatedOptions):
     """The converter's config and key map on `weights` (in memory)."""
-    config = annotated.vanilla_config(weights, args)
+    config = annotated.vanilla_config(weights, given)
     model = VanillaTransformerForConditionalGeneration(config)
     load_with_key_map(model, weights, annotated.key_map(config))
     return model.eval()
@@ -70,7 +70,7 @@ def weights() -> dict[str, torch.Tensor]:
 
 
 def test_settings_map_to_config(weights) -> None:
-    fields = annotated.config_fields(weights, arguments())
+    fields = annotated.config_fields(weights, options())
     assert (fields["vocab_size"], fields["decoder_vocab_size"], fields["d_model"]) == (20, 24, 24)
     assert (fields["encoder_layers"], fields["decoder_layers"], fields["encoder_ffn_dim"]) == (2, 2, 48)
     assert fields["normalize_before"] and fields["add_final_layer_norm"] and fields["lm_head_bias"]
@@ -86,7 +86,7 @@ def test_settings_map_to_config(weights) -> None:
 
 def test_nn_layer_norm_would_not_be_exact(weights) -> None:
     """Why the field exists: with nn.LayerNorm the same weights give other logits."""
-    fields = {**annotated.config_fields(weights, arguments()), "layer_norm_type": "standard"}
+    fields = {**annotated.config_fields(weights, options()), "layer_norm_type": "standard"}
     model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**fields))
     load_with_key_map(model, weights, annotated.key_map(model.config))
     with pytest.raises(ValueError, match="exceeds atol"):
@@ -94,7 +94,7 @@ def test_nn_layer_norm_would_not_be_exact(weights) -> None:
 
 
 def test_converted_model_matches_upstream() -> None:
-    converted = annotated.load_annotated(arguments())
+    converted = annotated.load_annotated(options())
     diffs = reference_logits(converted.model, FIXTURE / "teacher_forced.safetensors", 1e-5, 1e-5)
     assert diffs["fp64"] < 1e-5 and diffs["fp32"] < 1e-5 and diffs["log_probs"] < 1e-5
     assert greedy(converted.model, converted.generation_config) == upstream_hypotheses()
@@ -135,13 +135,13 @@ def flipped_positions(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 )
 def test_weights_that_do_not_fit_are_refused(weights, change, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
-        converted_model(change(dict(weights)), arguments())
+        converted_model(change(dict(weights)), options())
 
 
 def test_tied_embeddings_are_recognised(weights) -> None:
     """The `if False:` tying snippet: generator.proj.weight = tgt_embed[0].lut.weight."""
     tied = {**weights, "generator.proj.weight": weights["tgt_embed.0.lut.weight"].clone()}
-    model = converted_model(tied, arguments())
+    model = converted_model(tied, options())
     assert model.config.tie_word_embeddings and not model.config.share_encoder_decoder_embeddings
     assert model.lm_head.weight is model.model.decoder.embed_tokens.weight
 
@@ -149,4 +149,4 @@ def test_tied_embeddings_are_recognised(weights) -> None:
 def test_checkpoints_load_without_running_pickled_code(tmp_path: Path) -> None:
     torch.save({"model": nn.Linear(2, 2)}, tmp_path / "model.pt")  # a pickled module, not a state dict
     with pytest.raises(ValueError, match="weights-only"):
-        annotated.load_weights(arguments(tmp_path / "model.pt"))
+        annotated.load_weights(options(tmp_path / "model.pt"))

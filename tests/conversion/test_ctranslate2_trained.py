@@ -1,6 +1,6 @@
 """A model trained here -> `to-marian` (no force flag) -> CTranslate2 decodes like ours (start_embedding.py).
 
-The real training path (`workflows.train`, the trainer, checkpoint averaging) on the tests' reversal corpus for a
+The real training path (`training.train.train`, the trainer, checkpoint averaging) on the tests' reversal corpus for a
 dozen updates of the 1+1-layer test preset; then the exporter's command line and CTranslate2's converter. The
 "train" runs show what the default prevents: the trained start row, the exporter's refusal and CTranslate2's
 different scores.
@@ -15,10 +15,11 @@ import torch
 from transformers import AutoTokenizer
 
 from conversion.__main__ import main
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, workflows
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.training.options import TrainOptions
 from hf_vanilla_transformer.training.start_embedding import start_embedding_max
-from hf_vanilla_transformer.workflows import TrainOptions
+from hf_vanilla_transformer.training.train import train
 
 from ..train_script import MAX_TOKENS, TEST_PRESET, write_corpus
 from .test_marian import ctranslate2_translator, greedy_tokens, log_prob_difference
@@ -51,7 +52,7 @@ def train_tiny(folder: Path, decoder_start_embedding: str, monkeypatch: pytest.M
         bf16="no",
         decoder_start_embedding=decoder_start_embedding,
     )
-    return workflows.train(options).model_dir
+    return train(options).model_dir
 
 
 def sources(folder: Path) -> list[str]:

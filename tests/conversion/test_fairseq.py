@@ -379,12 +379,16 @@ def test_command_line_reports_refusals(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_verify_logits_reports_and_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """The measured difference is returned, not printed (the command line prints `finish`'s report)."""
     reference = torch.zeros(2, 3, 5)
     ours = reference.clone()
     ours[1, 2] = 1.0  # a padded position, masked out below
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     assert verify_logits(reference, ours, 1e-5, mask=mask) == 0.0
-    assert "max |Δ| = 0.000e+00" in capsys.readouterr().out
+    assert verify_logits(reference, ours, 1.0) == 1.0
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match=r"what: max \|Δ\| = 1.000e\+00 exceeds atol 1e-05"):
+        verify_logits(reference, ours, 1e-5, what="what")
     with pytest.raises(ValueError, match="exceeds atol"):
         verify_logits(reference, ours, 1e-5)
     with pytest.raises(ValueError, match="exceeds atol"):

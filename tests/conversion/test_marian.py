@@ -6,8 +6,6 @@ lines, Marian's vocab.json with </s> = 0 and <pad> last, swish, a non-zero final
 
 from __future__ import annotations
 
-import argparse
-import copy
 import io
 import json
 import re
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoTokenizer,
     MarianConfig,
@@ -30,7 +29,6 @@ from conversion import marian
 from conversion.__main__ import main
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cli import main as main_cli
-from hf_vanilla_transformer.inference import cpu_inference
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 
@@ -48,21 +46,14 @@ def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
         return model.eval()(**inputs).logits
 
 
-def import_args(source: Path, output: Path) -> argparse.Namespace:
-    return argparse.Namespace(source=source, output=output, atol=ATOL, atol_fp32=ATOL, base_model=None, license=None)
+def import_args(source: Path, output: Path) -> marian.MarianOptions:
+    """The import's options, with the bound these tiny models meet in both precisions."""
+    return marian.MarianOptions(source, output, atol=ATOL, atol_fp32=ATOL)
 
 
-def export_args(source: Path, output: Path, **flags: bool) -> argparse.Namespace:
-    return argparse.Namespace(
-        source=source,
-        output=output,
-        atol=ATOL,
-        atol_fp32=ATOL,
-        keep_token_ids=flags.get("keep_token_ids", False),
-        allow_nonzero_start_embedding=flags.get("allow_nonzero_start_embedding", False),
-        base_model=None,
-        license=None,
-    )
+def export_args(source: Path, output: Path, **flags: bool) -> marian.ToMarianOptions:
+    """The export's options: `flags` are keep_token_ids and allow_nonzero_start_embedding."""
+    return marian.ToMarianOptions(source, output, atol=ATOL, atol_fp32=ATOL, **flags)
 
 
 def save_ours(model: VanillaTransformerForConditionalGeneration, folder: Path, tokenizer: bool = True) -> Path:
@@ -147,7 +138,7 @@ def opus_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_import_opus_mt_folder(opus_folder: Path, tmp_path: Path) -> None:
-    ours = marian.convert(import_args(opus_folder, tmp_path))
+    ours = marian.convert(import_args(opus_folder, tmp_path)).model
     config = ours.config
     assert (config.sinusoidal_layout, config.lm_head_bias, config.activation_function) == ("concat", True, "swish")
     assert (config.pad_token_id, config.eos_token_id) == (config.vocab_size - 1, 0)
@@ -163,23 +154,6 @@ def test_import_opus_mt_folder(opus_folder: Path, tmp_path: Path) -> None:
     assert type(copied).__name__ == "MarianTokenizer"
     assert copied(TEXT).input_ids == source(TEXT).input_ids
     assert reloaded.generation_config.bad_words_ids == [[config.pad_token_id]]
-
-
-def test_import_checks_fp32_logits_with_the_plain_kernels(
-    opus_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fp32 check measures the conversion: our oneDNN-packed CPU inference path (forced on here for the tiny
-    model) stays out of it, so an import of the same architecture still matches Marian exactly; outside the check
-    the packed path runs and differs from Marian by float32 rounding only."""
-    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
-    ours = copy.deepcopy(marian.convert(import_args(opus_folder, tmp_path)))  # weights no packed copy was made of
-    reference = MarianMTModel.from_pretrained(opus_folder)
-    assert marian.compare(reference, ours, ATOL, ATOL, "MarianMTModel vs ours")["fp32"] == 0.0
-    assert id(ours.lm_head.weight) not in cpu_inference._PACKED_WEIGHTS
-    inputs = marian.sample_inputs(ours.config, seed=1)
-    packed = logits(ours, inputs)
-    assert id(ours.lm_head.weight) in cpu_inference._PACKED_WEIGHTS
-    torch.testing.assert_close(packed, logits(reference, inputs), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +209,7 @@ def test_export_and_round_trip(overrides: dict, keep_token_ids: bool, tmp_path: 
     print(f"ours vs exported MarianMTModel: max-abs {difference:.2e}")
     assert difference <= ATOL
 
-    back = marian.convert(import_args(tmp_path / "marian", tmp_path / "back"))
+    back = marian.convert(import_args(tmp_path / "marian", tmp_path / "back")).model
     difference = (expected - logits(back, mapped)[..., columns]).abs().max().item()
     print(f"ours vs ours -> Marian -> ours: max-abs {difference:.2e}")
     assert difference <= ATOL
@@ -300,8 +274,6 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def bpe_tokenizer() -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "ab": 6, "c": 7}
     tokenizer = Tokenizer(models.BPE(vocab, [("a", "b")], unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -310,8 +282,6 @@ def bpe_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def unigram_tokenizer() -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, models, processors
-
     pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("a", -1.0), ("b", -1.5), ("ab", -0.5)]
     tokenizer = Tokenizer(models.Unigram(pieces, unk_id=3, byte_fallback=False))
     tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
@@ -410,7 +380,7 @@ def test_ctranslate2_starts_from_zero_not_from_the_start_embedding(tmp_path: Pat
 
 def test_ctranslate2_reads_an_imported_opus_model_exported_back(opus_folder: Path, tmp_path: Path) -> None:
     """The MarianTokenizer (sentencepiece) route: OPUS-MT -> ours -> Marian -> CTranslate2, <pad> already last."""
-    ours = marian.convert(import_args(opus_folder, tmp_path / "ours"))
+    ours = marian.convert(import_args(opus_folder, tmp_path / "ours")).model
     ours.generation_config.forced_eos_token_id = None  # OPUS-MT forces EOS at the length limit, CTranslate2 does not
     marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
     translator = ctranslate2_translator(tmp_path / "marian", tmp_path / "ct2")

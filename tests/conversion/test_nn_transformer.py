@@ -6,9 +6,9 @@ classes and torch's nn.Transformer (see its README); neither is needed here.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,8 +16,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vanilla_transformer
 from conversion import nn_transformer
-from conversion.__main__ import build_parser, main
+from conversion.__main__ import main
 from conversion._common import TARGET_TOKENIZER, reference_logits, safe_torch_load
+from conversion.nn_transformer import NnTransformerOptions
 
 from .state_dict_edits import added, without
 
@@ -26,9 +27,9 @@ PAD, BOS, EOS = 1, 2, 3
 GENERATIONS = json.loads((FIXTURE / "generations.json").read_text())
 
 
-def arguments(source: Path = FIXTURE / "model.pt", *extra: str, heads: int = 4) -> argparse.Namespace:
-    """The command line's parsed options (the in-memory conversion writes nothing); the fixture has 4 heads."""
-    return build_parser().parse_args(["nn-transformer", str(source), "unused", "--heads", str(heads), *extra])
+def options(source: Path = FIXTURE / "model.pt", heads: int = 4, **settings: Any) -> NnTransformerOptions:
+    """The converter's options (the in-memory conversion writes nothing); the fixture has 4 heads."""
+    return NnTransformerOptions(source, Path("unused"), heads=heads, **settings)
 
 
 def saved(tmp_path: Path, change) -> Path:
@@ -45,8 +46,8 @@ def hypotheses(sequences: torch.Tensor) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def converted() -> nn_transformer.Converted:
-    vocab = ("--src-vocab", str(FIXTURE / "src_vocab.txt"), "--tgt-vocab", str(FIXTURE / "tgt_vocab.txt"))
-    return nn_transformer.load_nn_transformer(arguments(FIXTURE / "model.pt", *vocab))
+    vocab = {"src_vocab": FIXTURE / "src_vocab.txt", "tgt_vocab": FIXTURE / "tgt_vocab.txt"}
+    return nn_transformer.load_nn_transformer(options(**vocab))
 
 
 def test_settings_map_to_config(converted) -> None:
@@ -72,14 +73,13 @@ def test_teacher_forced_logits_match_the_tutorial(converted) -> None:
 
 def test_norm_first_gelu_and_eps_options_match_nn_transformer() -> None:
     """The same weights in nn.Transformer(norm_first=True, activation="gelu", layer_norm_eps=1e-6)."""
-    args = arguments(FIXTURE / "model.pt", "--norm-first", "--activation", "gelu", "--layer-norm-eps", "1e-6")
-    model = nn_transformer.load_nn_transformer(args).model
+    model = nn_transformer.load_nn_transformer(options(norm_first=True, activation="gelu", layer_norm_eps=1e-6)).model
     config = model.config
     assert config.normalize_before and config.add_final_layer_norm and config.activation_function == "gelu"
     reference = FIXTURE / "teacher_forced_norm_first_gelu.safetensors"
     assert reference_logits(model, reference, 1e-5, 1e-5)["fp32"] < 1e-5
     with pytest.raises(ValueError, match="exceeds atol"):  # the options matter: post-LN weights do not match it
-        reference_logits(nn_transformer.load_nn_transformer(arguments()).model, reference, 1e-5, 1e-5)
+        reference_logits(nn_transformer.load_nn_transformer(options()).model, reference, 1e-5, 1e-5)
 
 
 def test_greedy_matches_the_tutorial(converted) -> None:
@@ -151,20 +151,20 @@ ENCODER_0, DECODER_0 = "transformer.encoder.layers.0.", "transformer.decoder.lay
 )
 def test_weights_that_do_not_fit_are_refused(tmp_path: Path, change, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
-        nn_transformer.load_nn_transformer(arguments(saved(tmp_path, change)))
+        nn_transformer.load_nn_transformer(options(saved(tmp_path, change)))
 
 
 def test_unsupported_options_are_refused() -> None:
-    with pytest.raises(NotImplementedError, match="tanh"):
-        nn_transformer.load_nn_transformer(arguments(FIXTURE / "model.pt", "--activation", "tanh"))
+    with pytest.raises(NotImplementedError, match="`activation=tanh` is not supported"):
+        nn_transformer.load_nn_transformer(options(activation="tanh"))
     with pytest.raises(ValueError, match="divisible"):
-        nn_transformer.load_nn_transformer(arguments(heads=5))
+        nn_transformer.load_nn_transformer(options(heads=5))
 
 
 def test_tied_weights_are_recognised(tmp_path: Path) -> None:
     """The tutorial unties everything; a user's variant may tie the generator to the target embedding."""
     source = saved(tmp_path, lambda w: {**w, "generator.weight": w["tgt_tok_emb.embedding.weight"].clone()})
-    model = nn_transformer.load_nn_transformer(arguments(source)).model
+    model = nn_transformer.load_nn_transformer(options(source)).model
     assert model.config.tie_word_embeddings and not model.config.share_encoder_decoder_embeddings
     assert model.lm_head.weight is model.model.decoder.embed_tokens.weight
 
@@ -176,24 +176,22 @@ class NotAllowed:
 def test_checkpoints_load_without_running_pickled_code(tmp_path: Path) -> None:
     torch.save({"model": NotAllowed()}, tmp_path / "model.pt")
     with pytest.raises(ValueError, match="weights-only"):
-        nn_transformer.load_nn_transformer(arguments(tmp_path / "model.pt"))
+        nn_transformer.load_nn_transformer(options(tmp_path / "model.pt"))
     torch.save({"epoch": 3}, tmp_path / "model.pt")
     with pytest.raises(ValueError, match="no state dict"):
-        nn_transformer.load_nn_transformer(arguments(tmp_path / "model.pt"))
+        nn_transformer.load_nn_transformer(options(tmp_path / "model.pt"))
     weights = safe_torch_load(FIXTURE / "model.pt")
     torch.save({"model_state_dict": weights, "epoch": 3}, tmp_path / "model.pt")  # a training script's checkpoint
-    assert nn_transformer.load_nn_transformer(arguments(tmp_path / "model.pt")).model.config.d_model == 32
+    assert nn_transformer.load_nn_transformer(options(tmp_path / "model.pt")).model.config.d_model == 32
 
 
 def test_vocabulary_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
     (tmp_path / "vocab.json").write_text(json.dumps(["<unk>", "<pad>", "<bos>", "<eos>", "a"]))
     with pytest.raises(ValueError, match="24 rows"):
-        nn_transformer.load_nn_transformer(
-            arguments(FIXTURE / "model.pt", "--src-vocab", str(tmp_path / "vocab.json"))
-        )
+        nn_transformer.load_nn_transformer(options(src_vocab=tmp_path / "vocab.json"))
     (tmp_path / "vocab.txt").write_text("<unk>\n<pad>\n<unk>\n")
     with pytest.raises(ValueError, match="twice"):
-        nn_transformer.load_nn_transformer(arguments(FIXTURE / "model.pt", "--tgt-vocab", str(tmp_path / "vocab.txt")))
+        nn_transformer.load_nn_transformer(options(tgt_vocab=tmp_path / "vocab.txt"))
 
 
 def test_command_line_reports_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

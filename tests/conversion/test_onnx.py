@@ -9,11 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
+from transformers import GenerationConfig
 
 from conversion import onnx as onnx_export
 from conversion.__main__ import main
-from conversion.onnx import OnnxTranslator, verify
+from conversion.onnx import OnnxOptions, OnnxTranslator, decoding_note, verify
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.errors import OptionError
+from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 
 from ..conftest import random_batch, tiny_model, tiny_tokenizer
 
@@ -48,6 +52,30 @@ def test_folder_holds_graphs_configs_tokenizer_and_readme(exported: tuple) -> No
     assert expected | {"tokenizer.json", "README.md"} <= names
     assert "model.safetensors" not in names
     assert "OnnxTranslator" in (folder / "README.md").read_text()
+
+
+def test_card_states_the_verified_difference_and_how_to_run_it(exported: tuple) -> None:
+    """The shared `finish` step's model card: Hub metadata of an ONNX folder, the difference the export was
+    verified with (measured again here: onnxruntime and torch are deterministic on the same inputs), the source's
+    architecture, how to run the graphs with onnxruntime, and what the greedy loop keeps of the decoding."""
+    model, folder = exported
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "onnx" and "onnx" in card.data.tags and card.data.pipeline_tag == "translation"
+    measured = verify(model, folder, 1e-4)
+    assert 0 < measured < 1e-4
+    assert f"max abs logit difference to the PyTorch model: {measured:.1e} (fp32)" in card.text
+    assert f"| d_model | {model.config.d_model} | 512 |" in card.text
+    assert f'OnnxTranslator("{folder}")' in card.text and "`decoder.onnx`: one step" in card.text
+    assert decoding_note(model.generation_config) in card.text
+
+
+def test_decoding_note_says_what_greedy_keeps_of_the_papers_decoding() -> None:
+    """§6.1: beam 4, GNMT length penalty 0.6, source length + 50; the export keeps the limit, not the beam."""
+    note = decoding_note(paper_generation_config(tiny_model().config))
+    assert "§6.1's per-sentence length limit (source length + 50)" in note
+    assert "Beam search (beam size 4, GNMT length penalty α 0.6) is not part of the export" in note
+    greedy = decoding_note(GenerationConfig(num_beams=1, max_new_tokens=20, forced_eos_token_id=2))
+    assert "pad ids; the length limit; the EOS forced at the limit." in greedy and "Beam" not in greedy
 
 
 @pytest.mark.parametrize(("batch", "length", "seed"), BATCHES)
@@ -119,11 +147,18 @@ def test_command_refuses_to_write_above_the_tolerance(
     assert exit_info.value.code == 2
     assert "exceeds atol 0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    # The library call alike; an existing OUTPUT_DIR stays as it was, and no partial sibling is left.
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("kept")
+    with pytest.raises(ValueError, match="exceeds atol 0"):
+        onnx_export.convert(OnnxOptions(folder.parent / "model", tmp_path / "out", atol_fp32=0.0))
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["mine.txt"]
 
 
 def test_too_long_input_is_one_clear_error(exported: tuple) -> None:
     _, folder = exported
-    with pytest.raises(ValueError, match="--max-positions"):
+    with pytest.raises(ValueError, match=r"65 positions, more than the 64 this export holds.*larger max_positions"):
         OnnxTranslator(folder).generate(np.full((1, 65), 5), max_new_tokens=2)
 
 
@@ -137,5 +172,14 @@ def test_bad_source_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
         main(["to-onnx", str(source), str(tmp_path / "out")])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "SOURCE" in error
+    assert "\n" not in error and f"error: `SOURCE` {source} " in error  # the library's `source`, as the flag
     assert not (tmp_path / "out").exists()
+
+
+def test_too_few_positions_are_refused_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(OptionError, match="`max_positions=1` must be at least 2"):
+        onnx_export.convert(OnnxOptions(tmp_path, tmp_path / "out", max_positions=1))
+    with pytest.raises(SystemExit):
+        main(["to-onnx", str(tmp_path), str(tmp_path / "out"), "--max-positions", "1"])
+    error = capsys.readouterr().err
+    assert "error: `--max-positions 1` must be at least 2 (the start token and one more)" in error

@@ -1,0 +1,155 @@
+"""Loading a saved model folder for decoding: the checks that make a wrong folder one clear error (`model_folder`),
+the model on its device in its precision (`load_model`: int8 layers, bf16 weights, the CPU speed step), its tokenizer
+and the languages it was trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from ..errors import OptionError
+from ..files import RESULTS_FILE
+from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from .cpu_inference import prepare_for_cpu_inference
+from .quantization import int8_engine, quantize_int8
+
+# Where a model decodes: "auto" is the GPU when torch sees one, else the CPU.
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def model_folder(
+    path: str | os.PathLike,
+    trust_remote_code: bool | None = False,
+    *,
+    name: str = "`model_dir`",
+    tokenizer: bool = True,
+) -> Path:
+    """`path` as a Path after the checks every command that loads a model folder makes first, so that a wrong folder
+    is one clear error (naming it as `name`) rather than a traceback from transformers: config.json is there and is
+    a JSON object; the model is this package's (whose code is installed), with its tokenizer.json when `tokenizer`;
+    or, only with `trust_remote_code`, one whose config's auto_map names code in the folder, which would run.
+    `trust_remote_code` None: the caller takes only this package's folders (average, curve), so no option helps."""
+    folder = Path(path)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise OptionError(
+            f"{name} {path} is not a saved model folder (no config.json). Pass the `output_dir` of `train` or a "
+            "folder written by save_pretrained."
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise OptionError(
+            f"{config_file} is not valid JSON ({error}): the folder is damaged. Save or download the model again."
+        ) from None
+    if not isinstance(config, dict):
+        raise OptionError(f"{config_file} is not a JSON object: the folder is damaged. Save or download it again.")
+    ours = VanillaTransformerConfig.model_type
+    model_type = config.get("model_type")
+    if model_type == ours:
+        if tokenizer and not (folder / "tokenizer.json").is_file():
+            raise OptionError(
+                f"{name} {path} has no tokenizer (no tokenizer.json). Save the tokenizer into the folder "
+                "(tokenizer.save_pretrained), or copy tokenizer.json and tokenizer_config.json from the run that "
+                "trained the model."
+            )
+    elif "auto_map" in config and trust_remote_code is not None:
+        if not trust_remote_code:
+            raise OptionError(
+                f"{name} {path} holds a model of type {model_type!r} whose code comes with the folder (auto_map in "
+                "config.json); loading it would run that code. Pass `trust_remote_code` if you trust the folder."
+            )
+    else:
+        raise OptionError(
+            f"{name} {path} holds a model of type {model_type!r}, not {ours!r}. Pass a folder written by `train` "
+            "or by `python -m conversion` (which converts Marian and other formats)."
+        )
+    return folder
+
+
+def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[str, str]:
+    """(`src_lang`, `tgt_lang`); where one is None, the language a folder written by `train` records in
+    results.json, else en / de. A damaged results.json is named (when it is needed at all)."""
+    results_file = model_dir / RESULTS_FILE
+    if (src_lang is not None and tgt_lang is not None) or not results_file.is_file():
+        return src_lang or "en", tgt_lang or "de"
+    try:
+        trained_src, trained_tgt = json.loads(results_file.read_text(encoding="utf-8")).get("languages", ["en", "de"])
+    except (ValueError, AttributeError, TypeError) as error:  # not JSON, not an object, not a pair of languages
+        raise OptionError(
+            f"{results_file} is damaged ({error}); it should hold the run's results as JSON. Pass `src_lang` and "
+            "`tgt_lang`, or delete the file."
+        ) from None
+    return src_lang or trained_src, tgt_lang or trained_tgt
+
+
+def check_precisions(bf16: bool, int8: bool, bf16_weights: bool) -> None:
+    """At most one of bf16 autocast, int8 products and bf16 weights: int8 products take float32 activations, which
+    autocast or bf16 weights would hand them in bf16, and autocast over bf16 weights is bf16 weights."""
+    precisions = [name for name, on in (("bf16", bf16), ("int8", int8), ("bf16_weights", bf16_weights)) if on]
+    if len(precisions) > 1:
+        raise OptionError(f"`{'` and `'.join(precisions)}` are precisions for the same products; pass one of them.")
+
+
+def load_model(
+    model_dir: str | os.PathLike,
+    trust_remote_code: bool = False,
+    device: str = "auto",
+    int8: bool = False,
+    bf16_weights: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """A saved model for decoding on `device` (one of DEVICES): "auto" is the GPU when there is one (evaluation is
+    mostly beam search). Code that comes with the folder runs only with `trust_remote_code` (transformers would
+    otherwise ask on the terminal). `int8`: on the CPU with int8 linear layers (quantization.quantize_int8);
+    `bf16_weights`: the weights cast to bf16. On the CPU the attention is eager unless `attn_implementation` is
+    passed (`decoding_attention`), and a model without int8 layers takes the CPU speed step
+    (cpu_inference.prepare_for_cpu_inference)."""
+    if device not in DEVICES:
+        raise OptionError(f"`device={device}` is not one of {', '.join(DEVICES)}.")
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    kwargs.setdefault("attn_implementation", decoding_attention(torch.device("cuda" if on_gpu else "cpu")))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise OptionError("`device=cuda`: torch sees no CUDA GPU here. Pass `device=cpu` (or auto).")
+    check_precisions(False, int8, bf16_weights)
+    if int8:  # before loading: no int8 kernels in this torch is an error naming the fix
+        if device == "cuda":
+            raise OptionError("`int8` runs on the CPU (int8 CPU kernels); drop `int8` or pass `device=cpu`.")
+        try:
+            int8_engine()
+        except RuntimeError as error:
+            raise OptionError(f"`int8`: {error}") from None
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=trust_remote_code, **kwargs)
+    if int8:
+        return quantize_int8(model)
+    if bf16_weights:
+        model = model.to(torch.bfloat16)
+    return model.to("cuda") if on_gpu else prepare_for_cpu_inference(model)
+
+
+def decoding_attention(device: torch.device) -> str:
+    """eager on the CPU, where PyTorch's fused attention is slow for a decoding step's single query in bf16 (the
+    1-hour Multi30k model's test set, the paper's decoding: 1.43x faster with bf16 weights; float32 the same
+    translations, within the run-to-run noise; docs/translation.md); sdpa (flash kernels) on a GPU."""
+    return "eager" if device.type == "cpu" else "sdpa"
+
+
+def load_tokenizer(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Any:
+    """The tokenizer saved in `model_dir`; code that comes with the folder runs only with `trust_remote_code`."""
+    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+
+
+__all__ = [
+    "DEVICES",
+    "check_precisions",
+    "decoding_attention",
+    "load_model",
+    "load_tokenizer",
+    "model_folder",
+    "trained_languages",
+]

@@ -1,0 +1,127 @@
+"""PEFT's LoRA on a model prepared for CPU inference (`prepare_for_cpu_inference`), and weight edits that bump no
+version counter: a prepared model never decodes with weights it no longer has, as long as the documented rule is
+kept (an edit through `.data` needs the step again; PEFT's merge needs nothing more)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+from hf_vanilla_transformer.inference import cpu_inference
+from hf_vanilla_transformer.inference.cpu_inference import PackedLinear, prepare_for_cpu_inference
+
+from .conftest import random_batch, tiny_model
+
+peft = pytest.importorskip("peft")
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+
+
+@pytest.fixture
+def packed_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[torch.nn.Module]]:
+    """The layers of every product taken on the packed path, every product past the size threshold (the tiny model's
+    are all below it otherwise)."""
+    monkeypatch.setattr(cpu_inference, "PACKED_LINEAR_MIN_MACS", 0)
+    calls: list[torch.nn.Module] = []
+    packed_linear = cpu_inference.packed_linear
+    monkeypatch.setattr(cpu_inference, "packed_linear", lambda *args: calls.append(args[0]) or packed_linear(*args))
+    yield calls
+
+
+def scored_generation(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy tokens and the logits of each step."""
+    output = model.generate(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        max_new_tokens=8,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=None,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    return output.sequences, torch.stack(output.logits)
+
+
+def test_lora_fine_tuning_then_merge_of_a_prepared_model_decodes_the_merged_weights(
+    packed_calls: list[torch.nn.Module], tmp_path: Path
+) -> None:
+    """Prepared → generate → LoRA steps (`train()`) → prepared again (as a command would) → generate →
+    `merge_and_unload()` (which adds the adapters to the base weights through `.data`) → generate: the tokens and
+    logits of a fresh load of the merged folder. The layers PEFT wraps stay plain, so the merge meets no packed
+    copy; the others run packed throughout."""
+    batch = random_batch()
+    model = peft.get_peft_model(
+        tiny_model(seed=3), peft.LoraConfig(r=8, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    )
+    prepare_for_cpu_inference(model.eval())
+    wrapped = [module.base_layer for module in model.modules() if isinstance(module, peft.tuners.lora.Linear)]
+    assert len(wrapped) == 2 * 2 * 2 + 2 * 2  # q and v of the 2 encoder and 2 decoder self-attentions, 2 cross
+    assert {type(layer) for layer in wrapped} == {torch.nn.Linear}
+    before, _ = scored_generation(model, batch)
+    assert packed_calls
+    packed_calls.clear()
+
+    model.train()
+    assert not any(type(module) is PackedLinear for module in model.modules())
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(5):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert packed_calls == []  # training multiplies by the plain weights
+    model.eval()
+    prepare_for_cpu_inference(model)
+    adapted, adapted_logits = scored_generation(model, batch)
+    assert packed_calls
+    assert not torch.equal(adapted, before)  # the adapters changed the translation: the merge below matters
+
+    merged = model.merge_and_unload()
+    packed_calls.clear()
+    tokens, logits = scored_generation(merged, batch)
+    assert packed_calls and not {id(layer) for layer in packed_calls} & {id(layer) for layer in wrapped}
+    merged.save_pretrained(tmp_path)
+    fresh = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert {type(module) for module in fresh.modules() if isinstance(module, torch.nn.Linear)} == {torch.nn.Linear}
+    fresh_tokens, fresh_logits = scored_generation(fresh, batch)
+    assert torch.equal(tokens, fresh_tokens) and torch.equal(tokens, adapted)
+    torch.testing.assert_close(logits, fresh_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits, adapted_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_an_edit_through_data_needs_the_step_again_and_an_in_place_edit_does_not(
+    packed_calls: list[torch.nn.Module],
+) -> None:
+    """`weight.data.mul_` (a feed-forward layer, and the embedding matrix tied to the output projection) bumps no
+    version counter: after it, `prepare_for_cpu_inference` again gives the logits of the unprepared model with the
+    same weights. `weight.mul_` under `torch.no_grad()` bumps it and is seen without the step."""
+    batch = random_batch()
+    model = prepare_for_cpu_inference(tiny_model(seed=4))
+    model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=3)
+    fc1 = model.model.decoder.layers[0].fc1
+    assert fc1 in packed_calls and model.lm_head in packed_calls
+
+    def logits_match_the_plain_model() -> bool:
+        plain = tiny_model(seed=4)
+        plain.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            expected = plain(**batch).logits
+            packed_calls.clear()
+            got = model(**batch).logits
+        assert fc1 in packed_calls and model.lm_head in packed_calls  # the packed path ran
+        return torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+    fc1.weight.data.mul_(0.5)
+    model.model.shared.weight.data.mul_(0.5)
+    assert not logits_match_the_plain_model()  # stale copies: what the step's docstring warns of
+    prepare_for_cpu_inference(model)
+    assert logits_match_the_plain_model()
+
+    with torch.no_grad():
+        fc1.weight.mul_(0.5)
+        model.model.shared.weight.mul_(0.5)
+    assert logits_match_the_plain_model()
