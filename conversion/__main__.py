@@ -10,7 +10,6 @@ flags (`--dict-dir`, `--max-positions 1`).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hf_vanilla_transformer.errors import flag_wording
 from hf_vanilla_transformer.files import no_space_message
 
 from . import annotated, fairseq, marian, nn_transformer, onnx, opennmt
@@ -25,8 +25,6 @@ from ._common import CommonOptions, Finished, ReferenceOptions, SourceOptions
 from ._pytorch_sources import SPECIAL_ROLES, PytorchOptions
 
 POSITIONALS = {"source": "SOURCE", "output_dir": "OUTPUT_DIR"}
-# A field in backquotes, alone or as a keyword argument: `dict_dir`, `max_positions=1`.
-FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
 
 
 @dataclass(frozen=True)
@@ -265,16 +263,8 @@ def as_flags(message: str, options: type[CommonOptions]) -> str:
     """The library's message in the command line's words: each field of `options` in backquotes becomes the flag
     the user types (`dict_dir` -> `--dict-dir`, `max_positions=1` -> `--max-positions 1`; SOURCE and OUTPUT_DIR for
     the positional ones). Backquoted text that is no field of the format's options stays."""
-    names = {option.name for option in fields(options)}
-
-    def word(match: re.Match[str]) -> str:
-        name, value = match.groups()
-        if name not in names:
-            return match.group(0)
-        flag = POSITIONALS.get(name, "--" + name.replace("_", "-"))
-        return f"`{flag}`" if value is None else f"`{flag} {value}`"
-
-    return FIELD.sub(word, message)
+    names = [option.name for option in fields(options)]
+    return flag_wording(message, {name: POSITIONALS.get(name, "--" + name.replace("_", "-")) for name in names})
 
 
 def main(argv: list[str] | None = None) -> int:

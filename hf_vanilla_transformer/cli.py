@@ -22,7 +22,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import re
 import shlex
 import sys
 from collections.abc import Iterator, Mapping
@@ -34,7 +33,7 @@ import yaml
 from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
-from .errors import close_matches
+from .errors import close_matches, flag_wording
 from .files import RESULTS_FILE, existing_file, no_space_message, writable_file
 from .hub import PushOptions, push
 from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
@@ -133,7 +132,6 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 # ---------------------------------------------------------------------------------------------------- wording
 
 # A field in backticks, alone or as a keyword argument: `max_length`, `max_length=1` (errors.py).
-_FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
 # The fields whose flag says the opposite: `evaluate=False` is --no-eval.
 _NEGATED = {"evaluate": "no_eval", "progress": "no_progress"}
 
@@ -153,21 +151,8 @@ def _option_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, st
 
 
 def _flag_wording(message: str, flags: Mapping[str, str], quoted: bool = True) -> str:
-    """`message` of the library in the command line's words: each field in backticks becomes its flag (`max_length`
-    -> `--max-length`, `max_length=1` -> `--max-length 1`, `evaluate=False` -> `--no-eval`), the backticks kept where
-    `quoted` (errors) and dropped otherwise (progress lines). Backticked text that is no option field stays."""
-
-    def word(match: re.Match[str]) -> str:
-        name, value = match.groups()
-        if name in _NEGATED and value == "False" and _NEGATED[name] in flags:
-            text = flags[_NEGATED[name]]
-        elif name in flags:
-            text = flags[name] if value is None else f"{flags[name]} {value}"
-        else:
-            return match.group(0)
-        return f"`{text}`" if quoted else text
-
-    return _FIELD.sub(word, message)
+    """`message` of the library in this command line's words (errors.flag_wording; `evaluate=False` -> `--no-eval`)."""
+    return flag_wording(message, flags, quoted, _NEGATED)
 
 
 class _FlagWording(logging.Formatter):

@@ -9,7 +9,11 @@ message serves both.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+
+# A field in backticks, with its value where one follows `=`: `max_length`, `max_length=1`.
+FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
 
 
 class OptionError(ValueError):
@@ -23,4 +27,26 @@ def close_matches(name: str, names: Sequence[str]) -> str:
     return f" (did you mean {', '.join(matches)}?)" if matches else ""
 
 
-__all__ = ["OptionError", "close_matches"]
+def flag_wording(
+    message: str, flags: Mapping[str, str], quoted: bool = True, negated: Mapping[str, str] | None = None
+) -> str:
+    """`message` in a command line's words: each field in backticks that `flags` maps becomes its flag (`max_length`
+    -> `--max-length`, `max_length=1` -> `--max-length 1`; a field `negated` maps, given `=False`, becomes that
+    field's flag: `evaluate=False` -> `--no-eval`), the backticks kept where `quoted` (errors) and dropped otherwise
+    (progress lines). Backticked text that is no mapped field stays as it is."""
+    negated = negated or {}
+
+    def word(match: re.Match[str]) -> str:
+        name, value = match.groups()
+        if name in negated and value == "False" and negated[name] in flags:
+            text = flags[negated[name]]
+        elif name in flags:
+            text = flags[name] if value is None else f"{flags[name]} {value}"
+        else:
+            return match.group(0)
+        return f"`{text}`" if quoted else text
+
+    return FIELD.sub(word, message)
+
+
+__all__ = ["FIELD", "OptionError", "close_matches", "flag_wording"]
