@@ -221,6 +221,23 @@ def two_threads():
 
 
 @needs_onednn
+def test_a_few_rows_are_not_split_where_the_split_does_not_pay(two_threads, monkeypatch) -> None:
+    """On a CPU where the split does not pay (`few_row_split_pays`: an Intel CPU's rule), a one-row product of a
+    prepared layer is `F.linear` itself; the rule reads the CPU's vendor."""
+    splits = []
+    rule = cpu_inference.few_row_split_pays
+    monkeypatch.setattr(cpu_inference, "split_linear", lambda *args: splits.append(args[3]))
+    monkeypatch.setattr(cpu_inference, "few_row_split_pays", lambda: False)
+    layer = prepare_for_cpu_inference(tiny_model()).model.decoder.layers[0].fc1
+    hidden = torch.randn(1, 1, 32)
+    with torch.no_grad():
+        assert torch.equal(layer(hidden), plain_linear(layer, hidden))
+    assert splits == []
+    vendor = next((line for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("vendor_id")), "")
+    assert rule.__wrapped__() == ("AuthenticAMD" in vendor)
+
+
+@needs_onednn
 def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads, monkeypatch) -> None:
     """A decoding step's small float32 products (at most SPLIT_LINEAR_MAX_ROWS rows) run as one batched product over
     blocks of output rows, equal to `F.linear` up to float32 rounding; more rows, gradients, hooks, oneDNN off and
@@ -228,6 +245,7 @@ def test_a_few_rows_are_split_over_the_threads_and_equal_the_linear(two_threads,
     splits = []
     split_linear = cpu_inference.split_linear
     monkeypatch.setattr(cpu_inference, "split_linear", lambda *args: splits.append(args[3]) or split_linear(*args))
+    monkeypatch.setattr(cpu_inference, "few_row_split_pays", lambda: True)  # the rule of an AMD CPU, on any host
     model = prepare_for_cpu_inference(tiny_model())
     layer = model.model.decoder.layers[0].fc1  # 32 -> 64, with a bias
     for rows, expect_split in ((1, True), (cpu_inference.SPLIT_LINEAR_MAX_ROWS, True), (5, False)):

@@ -7,8 +7,8 @@ The step turns every plain `nn.Linear` of the model into a `PackedLinear` (the s
 rules of `inference_linear_dtype`), and runs `F.linear` otherwise. For the few rows of a decoding step `F.linear` runs
 these products up to 2.3x slower on some CPUs (bench/packed_projection.py); the packed copy costs one more copy of the
 weights in memory (per dtype used). A decoding step's small float32 products (at most `SPLIT_LINEAR_MAX_ROWS` rows) are
-split by output rows over the threads instead (`split_linear`): for one to four rows `F.linear` runs on one core,
-bound by that core's share of the memory bandwidth.
+split by output rows over the threads instead (`split_linear`) on CPUs where that pays (`few_row_split_pays`: AMD's;
+there, for one to four rows `F.linear` runs on one core, bound by that core's share of the memory bandwidth).
 
 The model code (model/) knows nothing of this: a loaded model is plain PyTorch until its owner calls the step.
 `keep_freed_memory` tunes the process's allocator for decoding; it is for the process owner (the command line calls
@@ -207,14 +207,30 @@ def inference_linear_dtype(hidden_states: torch.Tensor, weight: torch.Tensor) ->
     return dtype
 
 
+@functools.cache
+def few_row_split_pays() -> bool:
+    """Whether `split_linear` speeds up a decoding step's few-row float32 products on this CPU: a fixed rule by CPU
+    vendor (read once from /proc/cpuinfo), never a timing. On AMD CPUs a one-row `F.linear` runs on one core, and the
+    split made batch-1 `generate()` 1.15-1.45x faster (AMD EPYC, 2 threads, bench/split_linear.py); on Intel CPUs it
+    made it 0.50-0.71x as fast (Intel Xeon with AMX, 2 threads, 2026-11-26, docs/results.md). False where the vendor
+    cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in cpuinfo)
+    except OSError:
+        return False
+
+
 def split_count(layer: nn.Linear, hidden_states: torch.Tensor) -> int:
     """Into how many blocks of output rows `split_linear` may split the product: the largest common divisor of the
-    number of threads and of output features where the packed path would be allowed in float32 (the same rules:
-    inference on the CPU, no hooks, oneDNN enabled), else 1 (no split)."""
+    number of threads and of output features where the split pays on this CPU (`few_row_split_pays`) and the packed
+    path would be allowed in float32 (the same rules: inference on the CPU, no hooks, oneDNN enabled), else 1 (no
+    split)."""
     weight = layer.weight
     chunks = math.gcd(torch.get_num_threads(), weight.shape[0])
     if (
         chunks > 1
+        and few_row_split_pays()
         and type(weight) in (nn.Parameter, torch.Tensor)
         and weight.is_contiguous()
         and calls_plain_forward(layer)
