@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Iterator, Mapping
@@ -903,6 +904,24 @@ _OUTPUT = {
 }
 
 
+def _after_interrupt(args: argparse.Namespace) -> str:
+    """For an interrupted `train`: the command that continues the run from its last checkpoint (the same arguments
+    with --resume); nothing for the other commands, which are run again."""
+    if args.command != "train":
+        return "Run it again to redo it."
+    again = [arg for arg in args.argv if arg != "--resume"]
+    command = shlex.join([PROG, *again, "--resume"])
+    return f"The run folder keeps the checkpoints saved so far; to continue from the last one: {command}"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is still buffered fails no more."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console script entry point; returns the exit status (2 for bad values, as argparse)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -922,6 +941,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _printed_progress(flags):
             return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line saying where things stand, not a traceback
+        parser.exit(130, f"{parser.prog} {args.command}: interrupted. {_after_interrupt(args)}\n")
+    except BrokenPipeError:  # stdout's reader went away (`| head -1`): stop quietly, as the shell's own tools do
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer that SIGPIPE ended
     except CommandLineError as error:
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
     except (ValueError, FileNotFoundError) as error:  # OptionError (a ValueError) and the libraries' own checks

@@ -454,3 +454,23 @@ def test_loading_passes_trust_remote_code_false_unless_asked(bpe_model, tmp_path
     seen.clear()
     code, _, _ = run(["translate", str(bpe_model), "A dog.", "--num-beams", "1", "--trust-remote-code"], capsys)
     assert code == 0 and sorted(seen) == [("AutoModelForSeq2SeqLM", True), ("AutoTokenizer", True)]
+
+
+def test_ctrl_c_is_one_line_with_the_command_that_resumes_a_run(capsys, monkeypatch, tmp_path) -> None:
+    """Ctrl-C (KeyboardInterrupt) ends a command with exit status 130 and one line, no traceback; for `train`, the
+    line gives the same command with --resume."""
+    from hf_vanilla_transformer import cli
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_train", interrupted)
+    monkeypatch.setattr(cli, "run_translate", interrupted)
+    output = str(tmp_path / "my run")
+    code, out, err = run(["train", "--output-dir", output, "--max-steps", "5"], capsys)
+    assert code == 130 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("hf-vanilla-transformer train: interrupted.")
+    assert err.rstrip().endswith(f"train --output-dir '{output}' --max-steps 5 --resume"), err
+    code, _, err = run(["translate", str(tmp_path), "A man."], capsys)
+    assert code == 130 and err.count("\n") == 1 and "--resume" not in err, err

@@ -333,3 +333,21 @@ def test_decoding_on_the_cpu_loads_eager_attention_unless_chosen(bpe_model) -> N
     chosen = load_model(bpe_model, device="cpu", attn_implementation="sdpa")
     assert chosen.config._attn_implementation == "sdpa"
     assert decoding_attention(torch.device("cuda")) == "sdpa"
+
+
+def test_a_closed_stdout_ends_translate_quietly(bpe_model) -> None:
+    """`translate … | head -1` where the reader has gone before the first line: no BrokenPipeError traceback, nothing
+    on stderr, exit status 141 (128 + SIGPIPE, what a shell reports for a writer ended by its reader)."""
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(bpe_model), *FAST]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written: the first write fails with EPIPE
+    try:
+        result = subprocess.run(
+            command, input=b"A dog runs.\nTwo men.\n", stdout=write_end, stderr=subprocess.PIPE, env=env, cwd=REPO
+        )
+    finally:
+        os.close(write_end)
+    stderr = result.stderr.decode()
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    assert result.returncode == 141, stderr
