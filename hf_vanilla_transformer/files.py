@@ -201,12 +201,22 @@ def writable_file(path: str | os.PathLike, option: str, kind: str, example: str)
     return path
 
 
-def existing_file(path: str | os.PathLike | None, option: str) -> Path | None:
-    """`path` as a Path (None stays None) after checking that it is a file; `option` (a field) names it in the
-    error."""
-    if path is not None and not Path(path).is_file():
+def existing_file(path: str | os.PathLike | None, option: str, *, regular: bool = False) -> Path | None:
+    """`path` as a Path (None stays None) after checking that it exists and is no folder; `option` (a field) names it
+    in the error. A pipe or device (a FIFO, bash's `<(...)` as /dev/fd/N, /dev/stdin) passes: it serves where the file
+    is read once, front to back. `regular=True` refuses one, for files read more than once or cached by size and
+    modification time."""
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.exists() or file.is_dir():
         raise OptionError(f"`{option}` {path} does not exist or is not a file. Check the path.")
-    return Path(path) if path is not None else None
+    if regular and not file.is_file():
+        raise OptionError(
+            f"`{option}` {path} is a pipe or device, not a regular file, and this file is read more than once "
+            "(cached by size and time, read by every process). Write it to a file first, e.g. `cmd > data.txt`."
+        )
+    return file
 
 
 def no_space_message(error: BaseException, path: str | os.PathLike, option: str) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import ModelCard
 from transformers import pipeline
 
-from hf_vanilla_transformer.cli import build_parser, main
+from hf_vanilla_transformer.cli import _flag_wording, _option_flags, build_parser, main
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import hub_files
 
@@ -242,6 +242,25 @@ def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, 
     with pytest.raises(_StopTrainingError):
         main(argv)
     assert seen == [expected]
+
+
+def test_a_vocabulary_far_below_vocab_size_is_a_warning_in_flags(corpus, tmp_path, monkeypatch, caplog) -> None:
+    """300 pairs cannot fill `--vocab-size 30000`: the warning says so, in the command line's words on stderr."""
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer
+
+    def train(self, **kwargs) -> None:
+        raise _StopTrainingError  # the tokenizer is trained; no need to train the model
+
+    monkeypatch.setattr(VanillaSeq2SeqTrainer, "train", train)
+    argv = ["train", "--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")]
+    argv += ["--vocab-size", "30000", "--max-steps", "1", "--output-dir", str(tmp_path / "m"), "--no-progress"]
+    with caplog.at_level("WARNING", logger="hf_vanilla_transformer"), pytest.raises(_StopTrainingError):
+        main(argv)
+    # pytest's log capture keeps main's stderr handler out (basicConfig): word the record as that handler does.
+    (record,) = [record for record in caplog.records if "asked for" in record.getMessage()]
+    line = _flag_wording(record.getMessage(), _option_flags(build_parser(), "train"))
+    assert line.startswith("`--vocab-size 30000` asked for, the BPE learned "), line
+    assert "pass a smaller `--vocab-size` (e.g. " in line, line
 
 
 def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, capsys) -> None:

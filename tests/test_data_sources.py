@@ -178,6 +178,10 @@ BAD_INPUTS = {
         *dataset("pairs.jsonl", TRANSLATION_JSONL + b'{"translation": {"en": "Hi."\n'),
         ["pairs.jsonl", "line 3, column", "not valid JSON", "Fix that line"],
     ),
+    "row missing a language": (
+        *dataset("pairs.jsonl", TRANSLATION_JSONL + b'{"translation": {"en": "Hi."}}\n'),
+        ["pairs.jsonl", "line 3 has no 'de' key in its `translation` dict", "its keys: en", "Add the 'de' text"],
+    ),
     "dataset not UTF-8": (
         *dataset("pairs.csv", b"en,de\nA dog.,Ein Hund.\nCaf\xe9.,Kaffee.\n"),
         ["pairs.csv", "UTF-8", r"line 3\b"],

@@ -93,3 +93,20 @@ def test_without_an_atomic_exchange_a_kill_between_the_renames_is_recovered(tmp_
         (folder / "config.json").write_text("newer")
     assert (target / "config.json").read_text() == "newer"
     assert os.listdir(tmp_path) == ["run"]
+
+
+def test_existing_file_takes_a_pipe_unless_the_file_is_read_twice(tmp_path) -> None:
+    """A FIFO (as bash's `<(...)`) is a file to read once; `regular=True` (training files: cached by size and time,
+    read by every process) refuses it naming the option and the fix. Folders and missing paths stay refused."""
+    from hf_vanilla_transformer.errors import OptionError
+
+    fifo = tmp_path / "ref.fifo"
+    os.mkfifo(fifo)
+    assert files.existing_file(fifo, "ref") == fifo
+    assert files.existing_file(None, "ref") is None
+    refused = r"^`test_tgt` .*ref\.fifo is a pipe or device, not a regular file.*Write it to a file first"
+    with pytest.raises(OptionError, match=refused):
+        files.existing_file(fifo, "test_tgt", regular=True)
+    for path in (tmp_path, tmp_path / "missing"):
+        with pytest.raises(OptionError, match=r"does not exist or is not a file\. Check the path\.$"):
+            files.existing_file(path, "ref")

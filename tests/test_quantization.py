@@ -149,3 +149,21 @@ def test_small_int8_products_multiply_the_int8_weights_by_bf16_inputs() -> None:
         moved = dequantized_product(hidden)
         assert not torch.allclose(moved, expected)
         assert (layer(hidden) - moved).abs().max() <= 0.01 * moved.abs().max()
+
+
+def test_int8_model_refuses_to_be_saved_before_writing_anything(tmp_path) -> None:
+    """safetensors cannot store the int8 layers' packed weights: save_pretrained and push_to_hub of a quantized
+    model raise a ValueError naming the fix, before the folder is created; the float model still saves."""
+    model = quantize_int8(tiny_model())
+    target = tmp_path / "int8"
+    with pytest.raises(ValueError) as error:
+        model.save_pretrained(target)
+    message = str(error.value)
+    assert message.startswith("save_pretrained of a model quantized with quantize_int8 (`int8`)")
+    assert "int8 layers are for inference only" in message and "\n" not in message
+    assert "save the float model (load it again without `int8`) and quantize after loading" in message
+    assert not target.exists()
+    with pytest.raises(ValueError, match=r"^push_to_hub of a model quantized with quantize_int8"):
+        model.push_to_hub("me/int8")
+    tiny_model().save_pretrained(tmp_path / "float")  # the class is untouched
+    assert (tmp_path / "float" / "model.safetensors").is_file()

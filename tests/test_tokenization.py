@@ -101,3 +101,21 @@ def test_too_small_or_non_integer_vocab_size_is_refused(vocab_size) -> None:
 def test_no_text_is_refused() -> None:
     with pytest.raises(ValueError, match="saw no text"):
         train_bpe_tokenizer([], vocab_size=1000)
+
+
+def test_a_vocabulary_far_below_vocab_size_is_a_warning(caplog) -> None:
+    """The BPE trainer stops when no pair is left to merge: 200 sentences cannot fill 30000 entries, which is said in
+    a warning naming the field and the size learned; a vocabulary that is filled says nothing."""
+    sentences = [f"sentence number {number} of a small corpus." for number in range(200)]
+    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.training.tokenization"):
+        tokenizer = train_bpe_tokenizer(sentences, vocab_size=30000)
+    assert len(tokenizer) < 27000
+    messages = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert messages == [
+        f"`vocab_size=30000` asked for, the BPE learned {len(tokenizer)} tokens: the training text has no more "
+        f"merges to make; pass a smaller `vocab_size` (e.g. {len(tokenizer)}) or more data."
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.training.tokenization"):
+        train_bpe_tokenizer(sentences, vocab_size=300)
+    assert not caplog.records

@@ -7,6 +7,7 @@ import io
 import math
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -351,3 +352,36 @@ def test_a_closed_stdout_ends_translate_quietly(bpe_model) -> None:
     stderr = result.stderr.decode()
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
     assert result.returncode == 141, stderr
+
+
+def test_evaluate_reads_src_and_ref_from_pipes(bpe_model, capsys, tmp_path) -> None:
+    """--src and --ref may be FIFOs (as bash's `<(...)`, a /dev/fd/N), read once: the scores are those of the same
+    lines in regular files. A folder or a missing path is still refused in one line."""
+    sources, references = "A dog runs.\nTwo men.\n", "Ein Hund rennt.\nZwei Männer.\n"
+    (tmp_path / "src.txt").write_text(sources, encoding="utf-8")
+    (tmp_path / "ref.txt").write_text(references, encoding="utf-8")
+
+    def evaluate(src: Path, ref: Path) -> tuple[int, str, str]:
+        return run(["evaluate", str(bpe_model), "--src", str(src), "--ref", str(ref), "--num-beams", "1"], capsys)
+
+    code, expected, err = evaluate(tmp_path / "src.txt", tmp_path / "ref.txt")
+    assert code == 0 and "BLEU" in expected, err
+    fifos = {tmp_path / "src.fifo": sources, tmp_path / "ref.fifo": references}
+    feeders = []
+    for fifo, text in fifos.items():
+        os.mkfifo(fifo)
+        feeders.append(threading.Thread(target=fifo.write_text, args=(text,), kwargs={"encoding": "utf-8"}))
+        feeders[-1].start()
+    try:
+        code, out, err = evaluate(tmp_path / "src.fifo", tmp_path / "ref.fifo")
+    finally:
+        for fifo in fifos:  # a writer still blocked on its open (the run failed before reading) gets a reader
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        for feeder in feeders:
+            feeder.join(timeout=30)
+    assert code == 0, err
+    assert re.sub(r"in [\d.]+ s", "", out) == re.sub(r"in [\d.]+ s", "", expected)  # all but the time taken
+    code, _, err = evaluate(tmp_path, tmp_path / "ref.txt")
+    one_line_error(code, err, f"`--src` {tmp_path} does not exist or is not a file. Check the path.")
+    code, _, err = evaluate(tmp_path / "src.txt", tmp_path / "missing.txt")
+    one_line_error(code, err, f"`--ref` {tmp_path / 'missing.txt'} does not exist or is not a file. Check the path.")

@@ -105,7 +105,8 @@ def quantize_int8(model: ModelT) -> ModelT:
     place by a dynamically quantized int8 layer (`Int8Linear`); returns the model, in eval mode. The replacement
     layers are not `nn.Linear`, so `prepare_for_cpu_inference` (cpu_inference.py), run after this, leaves them alone;
     a model prepared before is made plain first (its `PackedLinear` layers are quantized like any `nn.Linear`).
-    Raises ValueError for a model off the CPU and RuntimeError where torch has no int8 kernels (`int8_engine`)."""
+    Raises ValueError for a model off the CPU and RuntimeError where torch has no int8 kernels (`int8_engine`).
+    The quantized model's `save_pretrained`/`push_to_hub` raise ValueError (`refuse_saving`)."""
     devices = {parameter.device.type for parameter in model.parameters()}
     if devices != {"cpu"}:
         raise ValueError(
@@ -127,4 +128,25 @@ def quantize_int8(model: ModelT) -> ModelT:
         torch.ao.quantization.quantize_dynamic(
             model, {nn.Linear: qconfig}, dtype=torch.qint8, mapping={nn.Linear: Int8Linear}, inplace=True
         )
+    refuse_saving(model)
     return model
+
+
+def refuse_saving(model: nn.Module) -> None:
+    """Make this int8 model's `save_pretrained` and `push_to_hub` raise a one-line ValueError before anything is
+    written or uploaded. Their int8 layers hold FBGEMM-packed weights that safetensors cannot store (transformers
+    would create the folder and write config.json first, then fail with an AttributeError at the weights), so the
+    refusal replaces the two methods on this instance only: the class, the float models and the model room's code
+    stay as they are."""
+    for name in ("save_pretrained", "push_to_hub"):
+        method = getattr(model, name, None)
+        if callable(method):
+            setattr(model, name, functools.wraps(method)(functools.partial(refuse_to_save, name)))
+
+
+def refuse_to_save(name: str, *args: Any, **kwargs: Any) -> None:
+    raise ValueError(
+        f"{name} of a model quantized with quantize_int8 (`int8`): int8 layers are for inference only and their "
+        f"packed weights cannot be saved; save the float model (load it again without `int8`) and quantize after "
+        f"loading."
+    )

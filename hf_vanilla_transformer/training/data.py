@@ -31,7 +31,7 @@ import logging
 import os
 import select
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -85,7 +85,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (gzipped if it ends in .gz), one at a time, split as `decode_lines` splits
     them. A file that is not UTF-8 (file and line number), or a damaged .gz, raises a ValueError naming the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe (bash's `<(...)`, a FIFO) is fine: read once, front to back
         raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
     number = 0
     try:
@@ -270,13 +270,14 @@ def from_dataset(
     src_column: str | None = None,
     tgt_column: str | None = None,
     name: str = "the dataset",
+    row_name: Callable[[int], str] = "row {}".format,
 ) -> Dataset:
     """`source` / `target` columns from an existing `Dataset`: a `translation` column of {lang: text} dicts (the
     Hub's convention, picked by `src_lang` / `tgt_lang`), two plain text columns (`src_column` / `tgt_column`,
     defaulting to the language codes), or `source` / `target` columns already (no languages given). Missing
     values (an empty csv cell, a language absent from one row's dict) become empty texts, which `tokenize_pairs`
     drops and counts. Problems raise a one-line ValueError naming `name` (the dataset and split), what it holds and
-    the fix."""
+    the fix; a `translation` dict without a language is named by its row (`row_name`: 0-based index -> its name)."""
     if not isinstance(dataset, Dataset):
         raise ValueError(
             f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}. Pick a split, e.g. dataset['train']."
@@ -292,6 +293,16 @@ def from_dataset(
     if src_column is None and tgt_column is None and "translation" in columns:
         feature = dataset.features["translation"]
         if not isinstance(feature, (Translation, dict)):
+            # A row whose dict lacks a language can make `datasets` read the column as Json: name that row.
+            for index, value in enumerate(dataset["translation"]):
+                keys = value if isinstance(value, dict) else {}
+                lang = next((lang for lang in (src_lang, tgt_lang) if lang not in keys), None)
+                if isinstance(value, dict) and lang is not None:
+                    raise ValueError(
+                        f"{name}: {row_name(index)} has no {lang!r} key in its `translation` dict (its keys: "
+                        f"{', '.join(map(str, value)) or 'none'}). Add the {lang!r} text to that row, or remove "
+                        "the row."
+                    )
             raise ValueError(
                 f"{name}: the `translation` column holds {feature}, not {{language: text}} dicts. Pass "
                 "`src_column`/`tgt_column` naming two text columns instead."
@@ -466,8 +477,20 @@ def _dataset_pairs(
             src_column,
             tgt_column,
             name=f"`dataset` {name_or_path} (split {split})",
+            row_name=_jsonl_line_name(Path(name_or_path)) if str(name_or_path).endswith(".jsonl") else "row {}".format,
         )
     return pairs
+
+
+def _jsonl_line_name(path: Path) -> Callable[[int], str]:
+    """How `from_dataset` names a row of the jsonl file `path`: its 1-based line (the file read only then)."""
+
+    def line(index: int) -> str:
+        lines = decode_lines(path.read_bytes(), str(path))
+        numbers = [number for number, text in enumerate(lines, 1) if text.strip()]  # `datasets` skips blank lines
+        return f"line {numbers[index]}" if index < len(numbers) else f"row {index}"
+
+    return line
 
 
 @dataclass(frozen=True)

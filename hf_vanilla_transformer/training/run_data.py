@@ -59,7 +59,7 @@ def _check_data_options(options: TrainOptions) -> None:
                 f"`{kind}_split` and `{kind}_src`/`{kind}_tgt` both give the {kind} set; pass one of them."
             )
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"):
-        existing_file(getattr(options, name), name)
+        existing_file(getattr(options, name), name, regular=True)
 
 
 def load_training_data(options: TrainOptions) -> TrainingData:

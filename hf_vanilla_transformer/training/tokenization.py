@@ -18,6 +18,7 @@ input, which comes back NFC).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -28,6 +29,10 @@ BYTE_TOKENS = tuple(f"<0x{byte:02X}>" for byte in range(256))
 DEFAULT_VOCAB_SIZE = 8000
 # Long enough for any sentence-level corpus; the model's sinusoids extend past it if ever needed.
 DEFAULT_MODEL_MAX_LENGTH = 1024
+# A learned vocabulary below this share of `vocab_size` is worth a warning: the text ran out of merges.
+_SHORT_VOCAB_SHARE = 0.9
+
+logger = logging.getLogger(__name__)
 
 
 def train_bpe_tokenizer(
@@ -69,6 +74,14 @@ def train_bpe_tokenizer(
     for token in BYTE_TOKENS:
         vocab.setdefault(token, len(vocab))
     state["model"]["byte_fallback"] = True
+    if len(vocab) < _SHORT_VOCAB_SHARE * vocab_size:  # the trainer stops where no pair is left to merge
+        logger.warning(
+            "`vocab_size=%d` asked for, the BPE learned %d tokens: the training text has no more merges to make; "
+            "pass a smaller `vocab_size` (e.g. %d) or more data.",
+            vocab_size,
+            len(vocab),
+            len(vocab),
+        )
     tokenizer = Tokenizer.from_str(json.dumps(state))
     tokenizer.decoder = decoders.Sequence(
         [decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="always")]
