@@ -132,7 +132,6 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 
 # ---------------------------------------------------------------------------------------------------- wording
 
-# A field in backticks, alone or as a keyword argument: `max_length`, `max_length=1` (errors.py).
 # The fields whose flag says the opposite: `evaluate=False` is --no-eval.
 _NEGATED = {"evaluate": "no_eval", "progress": "no_progress"}
 

@@ -226,11 +226,12 @@ def split_count(layer: nn.Linear, hidden_states: torch.Tensor) -> int:
     number of threads and of output features where the split pays on this CPU (`few_row_split_pays`) and the packed
     path would be allowed in float32 (the same rules: inference on the CPU, no hooks, oneDNN enabled), else 1 (no
     split)."""
+    if not few_row_split_pays():  # first: the vendor rule answers most calls on an Intel CPU
+        return 1
     weight = layer.weight
     chunks = math.gcd(torch.get_num_threads(), weight.shape[0])
     if (
         chunks > 1
-        and few_row_split_pays()
         and type(weight) in (nn.Parameter, torch.Tensor)
         and weight.is_contiguous()
         and calls_plain_forward(layer)

@@ -295,9 +295,10 @@ def from_dataset(
         if not isinstance(feature, (Translation, dict)):
             # A row whose dict lacks a language can make `datasets` read the column as Json: name that row.
             for index, value in enumerate(dataset["translation"]):
-                keys = value if isinstance(value, dict) else {}
-                lang = next((lang for lang in (src_lang, tgt_lang) if lang not in keys), None)
-                if isinstance(value, dict) and lang is not None:
+                if not isinstance(value, dict):
+                    continue
+                lang = next((lang for lang in (src_lang, tgt_lang) if lang not in value), None)
+                if lang is not None:
                     raise ValueError(
                         f"{name}: {row_name(index)} has no {lang!r} key in its `translation` dict (its keys: "
                         f"{', '.join(map(str, value)) or 'none'}). Add the {lang!r} text to that row, or remove "
