@@ -24,8 +24,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.files import TARGET_TOKENIZER, replaced_folder
-from model_card import render_converted_card
+from hf_vanilla_transformer.files import MODEL_LAYOUT, TARGET_TOKENIZER, check_output_folder, replaced_folder
+from model_card import check_license, check_repo_id, render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal
@@ -299,11 +299,12 @@ class CommonOptions:
     about an option name its field in backquotes (`output_dir`), which the command line words as its flag."""
 
     source: Path  # the checkpoint file or model folder to convert
-    output_dir: Path  # the folder to write; an existing one is replaced whole, and only once all checks pass
+    output_dir: Path  # the folder to write: new or empty, or a model folder of this package's (`check_output`)
     _: KW_ONLY
     atol_fp32: float = ATOL_FP32  # largest accepted float32 logit / log-probability difference to the source
     base_model: str | None = None  # the source's Hub repository id, recorded as the card's base_model
     license: str | None = None  # the Hub license id of the converted weights; None: the source card's, if any
+    license_name: str | None = None  # with `license=other`: the terms' kebab-case name
 
     def __post_init__(self) -> None:
         # A caller's "model.pt" is as good as Path("model.pt"), as on the command line.
@@ -311,6 +312,22 @@ class CommonOptions:
             value = getattr(self, option.name)
             if isinstance(value, str) and "Path" in str(option.type):
                 object.__setattr__(self, option.name, Path(value))
+        # The values the card writes, as the Hub takes them: refused now, not after the conversion's work.
+        if self.base_model is not None:
+            check_repo_id(self.base_model)
+        if self.license is not None or self.license_name is not None:
+            check_license(self.license, self.license_name)
+
+
+def check_output(options: CommonOptions) -> None:
+    """Refuse (OptionError, naming `output_dir`) an OUTPUT_DIR that the conversion may not write, before it reads
+    anything: one that is, holds or lies inside an input (`source`, or any other path among the options: a
+    reference, a vocabulary, a dictionary folder), the current folder, or a folder holding files that are not a
+    model folder's of this package (files.check_output_folder). Every format's `convert` calls it first, `finish`
+    again before writing."""
+    inputs = [(item.name, getattr(options, item.name)) for item in fields(options) if item.name != "output_dir"]
+    paths = [(name, value) for name, value in inputs if isinstance(value, Path)]
+    check_output_folder(options.output_dir, "output_dir", MODEL_LAYOUT, paths)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -488,15 +505,17 @@ def finish(
     write_model: Callable[[Path], None] | None = None,
     extra_files: Callable[[Path], list[str]] | None = None,
 ) -> Finished:
-    """The one step every format ends with. Weights with NaN, inf or an all-zero matrix are refused first
-    (`check_weights`). The folder is written beside `options.output_dir`: the model (`save_pretrained`: safetensors,
-    config, generation config; or `write_model(folder)`, the ONNX graphs), the tokenizers, the files
-    `extra_files(folder)` writes; then `converted.model` is verified against the source's outputs (`check`, which
-    may read the folder), and the model card states the measured differences, `card`'s text and, from `options`,
-    `base_model` and `license`. Only then is the folder swapped in whole (`replaced_folder`): a failed check leaves
-    OUTPUT_DIR as it was. Saved weights are reloaded and must reproduce the model exactly (`check_written`). The
-    card's architecture table is `card_config` (default: the model's own config, when it is ours)."""
+    """The one step every format ends with. OUTPUT_DIR is checked again (`check_output`: files may have appeared
+    since), and weights with NaN, inf or an all-zero matrix are refused (`check_weights`). The folder is written
+    beside `options.output_dir`: the model (`save_pretrained`: safetensors, config, generation config; or
+    `write_model(folder)`, the ONNX graphs), the tokenizers, the files `extra_files(folder)` writes; then
+    `converted.model` is verified against the source's outputs (`check`, which may read the folder), and the model
+    card states the measured differences, `card`'s text and, from `options`, `base_model` and `license`. Only then
+    is the folder swapped in whole (`replaced_folder`, with a manifest listing what was written): a failed check
+    leaves OUTPUT_DIR as it was. Saved weights are reloaded and must reproduce the model exactly (`check_written`).
+    The card's architecture table is `card_config` (default: the model's own config, when it is ours)."""
     model, output_dir = converted.model, options.output_dir
+    check_output(options)
     check_weights(model.state_dict())
     model.generation_config = converted.generation_config
     copied: list[str] = []
@@ -525,6 +544,7 @@ def finish(
             tags=card.tags,
             source=check.source,
             license=options.license,
+            license_name=options.license_name,
             base_model=options.base_model,
             source_metadata=converted.source_metadata,
             languages=converted.languages,
@@ -580,6 +600,7 @@ __all__ = [
     "SourceCheck",
     "SourceOptions",
     "apply_key_map",
+    "check_output",
     "check_weights",
     "check_written",
     "finish",

@@ -24,6 +24,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
+from hf_vanilla_transformer.files import MANIFEST
+
 from .train_script import REPO, TEST_PRESET, command, environment, run, train_args, write_corpus
 
 MAX_STEPS = 24
@@ -449,8 +451,8 @@ def test_a_kill_at_any_step_of_a_folder_write_leaves_the_old_or_the_new_folder(t
     checkpoints/ survive every kill. Writing file by file with os.replace into the old folder left a new
     config.json beside the old weights after the first replace. A later write cleans up what the kill left."""
     files_py = REPO / "hf_vanilla_transformer" / "files.py"
-    old = {
-        "config.json": b"old",
+    old = {  # a model folder of an earlier version (no manifest) at the top of a run folder, as runs were
+        "config.json": b'{"model_type": "vanilla_transformer"}',
         "model.safetensors": b"old weights",
         "tokenizer.json": b"old",
         "target_tokenizer/tokenizer.json": b"old target",
@@ -472,6 +474,9 @@ def test_a_kill_at_any_step_of_a_folder_write_leaves_the_old_or_the_new_folder(t
 
     uninterrupted = write(old_folder(tmp_path / "uninterrupted"), 0)
     assert uninterrupted.returncode == 0, uninterrupted.stderr
+    manifest = tmp_path / "uninterrupted" / "model" / MANIFEST  # written into the new folder before the swap
+    assert json.loads(manifest.read_text())["entries"] == ["config.json", "model.safetensors", "tokenizer.json"]
+    new[MANIFEST] = manifest.read_bytes()
     assert folder_state(tmp_path / "uninterrupted" / "model") == new
     changes = int(uninterrupted.stdout)
     seen = set()

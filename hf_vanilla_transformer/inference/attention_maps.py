@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..files import ATTENTION_LAYOUT, check_output_folder, refuse_inputs, write_manifest
 from .loading import load_tokenizer, model_folder
 
 # The attention maps' folder inside a model folder written by `train` (the model card shows them).
@@ -130,15 +131,17 @@ def plot_attention(
 
     `layers` / `heads` (0-based) select rows / columns of the grids; all by default. Without `target` the model
     translates `source` first. Writes encoder_self_attention.png, decoder_self_attention.png and
-    cross_attention.png into `out_dir` and returns their paths. The model card embeds a model folder's
-    `attention/*.png`.
+    cross_attention.png into `out_dir` (a new or empty folder, or one of plots it wrote: files.check_output_folder,
+    before anything is computed) with a manifest naming them, and returns their paths. The model card embeds a model
+    folder's `attention/*.png`.
     """
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # an optional dependency: plotting only
         raise ImportError("Plotting needs matplotlib: pip install 'hf_vanilla_transformer[eval]'.") from error
-    maps = attention_maps(model, tokenizer, source, target, generation_kwargs)
     out_dir = Path(out_dir)
+    check_output_folder(out_dir, "out", ATTENTION_LAYOUT, replaced=False)
+    maps = attention_maps(model, tokenizer, source, target, generation_kwargs)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for stem, title, field, rows, columns in PLOTS:
@@ -167,6 +170,7 @@ def plot_attention(
         path = out_dir / f"{stem}.png"
         figure.savefig(path, dpi=dpi)
         paths.append(path)
+    write_manifest(out_dir, ATTENTION_LAYOUT.kind, [path.name for path in paths])
     return paths
 
 
@@ -187,8 +191,13 @@ class AttentionOptions:
 
 def plot_attention_maps(options: AttentionOptions) -> list[Path]:
     """Encoder self-, decoder self- and encoder-decoder attention grids of a saved model folder as PNGs; returns
-    their paths."""
+    their paths. `out` is checked before the model is loaded: it is apart from the model folder (but for the model
+    folder's own attention/, which the card shows), and a new or empty folder or one of plots (`plot_attention`)."""
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    out = Path(options.out)
+    if out.resolve() != model_dir.resolve() / ATTENTION_DIR:
+        refuse_inputs(out, "out", [("model_dir", model_dir)], f"Pass a folder outside it, e.g. {ATTENTION_DIR}.")
+    check_output_folder(out, "out", ATTENTION_LAYOUT, replaced=False)
     model = AutoModelForSeq2SeqLM.from_pretrained(
         model_dir, attn_implementation="eager", trust_remote_code=options.trust_remote_code
     )

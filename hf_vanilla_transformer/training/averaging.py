@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from ..errors import OptionError
-from ..files import replaced_folder, writable_folder
+from ..files import MODEL_LAYOUT, check_output_folder, replaced_folder, writable_folder
 from ..inference.loading import model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from .options import parse_duration
@@ -301,14 +301,15 @@ def selectable_checkpoints(
     return select_last(infos, k)
 
 
-def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) -> Path:
+def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path, claims: Sequence[str] = ()) -> Path:
     """Average `paths` and write a Hub-ready folder: the model (safetensors, config.json with `auto_map` and the code
     files, generation_config.json of the last checkpoint) plus the last checkpoint's tokenizer, when it has one.
     The config's `auto_map` and `custom_pipelines` are this package's, never the checkpoint's; a checkpoint of
     another model type is refused.
     Written beside `output_dir` first, then swapped in whole (`replaced_folder`): a kill leaves the old folder or the
-    new one; the folder's other entries (a user's files, the results and figures `train` writes after this) are carried
-    over, stale model files dropped."""
+    new one. The folder's manifest lists what is written and `claims` (what the caller writes into it afterwards:
+    `train`'s results and figures); of an existing folder, only its own files are replaced or dropped, any other
+    entry is carried over (the commands refuse such a folder first: `average`, `train`)."""
     last = Path(paths[-1]) if paths else None
     if last is None or not (last / "config.json").is_file():
         raise ValueError(f"{last} must be a checkpoint folder with a config.json to build a model folder from.")
@@ -326,7 +327,7 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path) ->
     for key in ("auto_map", "custom_pipelines"):
         config.pop(key, None)
     averaged = average_checkpoints(paths)
-    with replaced_folder(output_dir) as folder:
+    with replaced_folder(output_dir, claims=claims) as folder:
         # Load the mean through from_pretrained (strict for this package's models; tied weights are stored once),
         # then save_pretrained adds auto_map and the code files.
         save_file(averaged, folder / "model.safetensors", metadata={"format": "pt"})
@@ -359,7 +360,10 @@ class AverageResult:
 
 
 def average(options: AverageOptions) -> AverageResult:
-    """Average the checkpoints' weights (float32 accumulation) into a Hub-ready model folder."""
+    """Average the checkpoints' weights (float32 accumulation) into a Hub-ready model folder: a new or empty one, or
+    a model folder of this package's (files.check_output_folder), checked before anything is read."""
+    inputs = [("checkpoints", path) for path in options.checkpoints]
+    check_output_folder(options.output, "output", MODEL_LAYOUT, inputs)
     if options.last is not None:
         if len(options.checkpoints) != 1:
             raise OptionError(f"`last` takes one folder of checkpoints, got {len(options.checkpoints)} paths.")

@@ -1,9 +1,11 @@
 """The run folder of `train` (its `output_dir`): one run at a time, and `resume` only for the same run.
 
 - The layout: RUN/checkpoints (`CHECKPOINTS`), RUN/curve (learning_curve.CURVE_DIR), run_settings.json,
-  run_config.json and trainer_arguments.json, and the model folder RUN/model (files.MODEL_DIR).
-  `check_output_dir` reads what the folder holds before a run (checkpoints to resume from, or to overwrite);
-  `clear_for_run` removes what the run replaces.
+  run_config.json and trainer_arguments.json, and the model folder RUN/model (files.MODEL_DIR); `RUN_LAYOUT` says
+  which entries are the run's (files.py's output rule: a manifest lists them; checkpoints/ and curve/ hold only what
+  the Trainer and the curve's snapshots write there). `check_output_dir` reads what the folder holds before a run
+  (checkpoints to resume from, or to overwrite; a fresh run refuses a folder with anything else in it);
+  `clear_for_run` makes the folder the run's and removes what the run replaces, and nothing else.
 
 - `exclusive_run`: an exclusive lock (`flock`) on `.NAME.lock` beside the folder, held for the whole run, with the
   holder's PID in it. The operating system drops the lock when the holder dies, however it dies, so a killed run
@@ -30,8 +32,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError
+from ..files import (
+    MODEL_DIR,
+    MODEL_LAYOUT,
+    RESULTS_FILE,
+    Layout,
+    check_output_folder,
+    claim_folder,
+    refuse_inputs,
+    remove_own,
+)
+from ..inference.attention_maps import ATTENTION_DIR
 from .averaging import checkpoint_step, last_checkpoints
-from .learning_curve import CURVE_DIR
+from .learning_curve import CURVE_DIR, CURVE_JSON, CURVE_PNG
 from .mapped_pages import PageReleaser
 from .options import TrainOptions, run_config
 
@@ -45,6 +58,35 @@ CHECKPOINTS = "checkpoints"
 SETTINGS_FILE = "run_settings.json"
 RUN_CONFIG_FILE = "run_config.json"
 TRAINER_ARGUMENTS_FILE = "trainer_arguments.json"
+
+# What a run writes at its folder's top level (the `curve` command adds learning_curve.json).
+RUN_ENTRIES = (CHECKPOINTS, CURVE_DIR, MODEL_DIR, SETTINGS_FILE, RUN_CONFIG_FILE, TRAINER_ARGUMENTS_FILE, CURVE_JSON)
+# What `train` (and `curve`) write into RUN/model after its model is averaged there: the model folder's manifest
+# lists them from the start (write_averaged_model's `claims`).
+MODEL_RUN_ENTRIES = ("README.md", RESULTS_FILE, ATTENTION_DIR, CURVE_PNG)
+
+
+def _earlier_run_folder(folder: Path) -> bool:
+    """A run folder of a version before manifests: its settings, or its Trainer checkpoints."""
+    return (folder / SETTINGS_FILE).is_file() or any((folder / CHECKPOINTS).glob("checkpoint-*"))
+
+
+# checkpoints/ holds the Trainer's checkpoint-N folders (and TensorBoard's runs/); curve/ the step-N snapshots.
+CHECKPOINTS_LAYOUT = Layout("checkpoints", earlier=("checkpoint-*", "runs"), recognize=lambda folder: True)
+CURVE_LAYOUT = Layout(
+    "curve",
+    earlier=("step-*",),
+    recognize=lambda folder: True,
+    temporary=(*MODEL_LAYOUT.temporary, ".step-*.partial"),
+)
+# A run folder; one of an earlier version may hold its model at the top level (the layout before RUN/model).
+RUN_LAYOUT = Layout(
+    "run",
+    earlier=(*RUN_ENTRIES, *MODEL_LAYOUT.earlier),
+    recognize=_earlier_run_folder,
+    temporary=(*MODEL_LAYOUT.temporary, f".{SETTINGS_FILE}.*"),
+    inside={CHECKPOINTS: CHECKPOINTS_LAYOUT, CURVE_DIR: CURVE_LAYOUT, MODEL_DIR: MODEL_LAYOUT},
+)
 
 
 def lock_path(output_dir: Path) -> Path:
@@ -197,10 +239,23 @@ def bpe_identity(options: TrainOptions, pairs: int) -> str:
     return identity
 
 
+def _inputs(options: TrainOptions) -> list[tuple[str, Any]]:
+    """The files and folders a run reads, which its `output_dir` must be apart from."""
+    names = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "dataset", "tokenizer")
+    return [(name, getattr(options, name)) for name in (*names, "init_from", "compare_curve")]
+
+
 def check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
     """(checkpoint folder, checkpoint to resume from) after checking what `output_dir` holds. Reads only: the folder
-    is created, and old checkpoints removed, once every option has been checked (`clear_for_run`)."""
+    is created, and old checkpoints removed, once every option has been checked (`clear_for_run`). `output_dir` is
+    none of the run's inputs, nor inside one, nor holds one; a fresh run (with `overwrite` or not) refuses a folder
+    that holds anything but a run's own entries (files.check_output_folder). A resume takes the run's folder as it
+    is: it removes only the run's own interrupted checkpoints."""
     output_dir = Path(options.output_dir)
+    if options.resume:
+        refuse_inputs(output_dir, "output_dir", _inputs(options), "Pass another `output_dir`.")
+    else:
+        check_output_folder(output_dir, "output_dir", RUN_LAYOUT, _inputs(options), replaced=False)
     # The folder and the one around it: the run's lock and the model folder's next version are written beside it.
     for folder in (output_dir, output_dir.parent):
         nearest = next(path for path in (folder, *folder.parents) if path.exists())
@@ -233,12 +288,15 @@ def check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
 
 
 def clear_for_run(output_dir: Path, checkpoint_dir: Path, resume_from: Path | None) -> None:
-    """What a run removes before it starts (the main process, holding the lock): on a resume the checkpoints after
-    `resume_from`, whose save was interrupted; else an earlier run's checkpoints (`overwrite`) and learning-curve
-    snapshots, which would join this run's curve."""
+    """The folder becomes the run's (its manifest lists `RUN_ENTRIES`; a run folder of an earlier version is
+    adopted), and what the run replaces is removed (the main process, holding the lock): on a resume the checkpoints
+    after `resume_from`, whose save was interrupted; else an earlier run's checkpoints (`overwrite`) and
+    learning-curve snapshots, which would join this run's curve. Only those: a file of someone else's that appeared
+    in checkpoints/ or curve/ since the check stays, and so does its folder."""
+    claim_folder(output_dir, RUN_LAYOUT, RUN_ENTRIES)
     if resume_from is None:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-        shutil.rmtree(output_dir / CURVE_DIR, ignore_errors=True)  # the old run's learning-curve snapshots
+        remove_own(checkpoint_dir, CHECKPOINTS_LAYOUT)
+        remove_own(output_dir / CURVE_DIR, CURVE_LAYOUT)  # the old run's learning-curve snapshots
         return
     # A kill during a save leaves checkpoint-N without trainer_state.json (the Trainer writes checkpoints in
     # place, that file last); the resumed run writes checkpoint-N again.
@@ -267,7 +325,12 @@ def write_run_config(output_dir: Path, options: TrainOptions, training_args: Tra
 
 __all__ = [
     "CHECKPOINTS",
+    "CHECKPOINTS_LAYOUT",
+    "CURVE_LAYOUT",
+    "MODEL_RUN_ENTRIES",
     "RUN_CONFIG_FILE",
+    "RUN_ENTRIES",
+    "RUN_LAYOUT",
     "SETTINGS_FILE",
     "TRAINER_ARGUMENTS_FILE",
     "bpe_identity",
