@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train train-1h train-2h bench bench-all clean
+.PHONY: setup test lint train train-quick train-1h train-2h bench bench-all clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,15 @@ test: setup lint
 train: setup
 	$(VENV)/bin/hf-vanilla-transformer train --bf16 auto $(ARGS)
 
+# A trial of the whole path in about three minutes (recipe quick in hf_vanilla_transformer/training/recipes.py):
+# 2 minutes of training, then the first 200 test sentences decoded greedily (the card says so), into
+# outputs/multi30k-en-de-quick. `make train ARGS="--max-time 2m"` is no trial: it still decodes all of test_2016
+# with beam 4, twice, which an untrained model makes slow.
+train-quick: setup
+	$(VENV)/bin/hf-vanilla-transformer train --recipe quick --output-dir outputs/multi30k-en-de-quick $(ARGS)
+
 # The longer runs (recipes multi30k-1h and multi30k-2h in hf_vanilla_transformer/training/recipes.py, with their evidence):
-# a wall-clock budget, bf16 autocast where the device is fast at it, checkpoints and learning-curve snapshots every
+# a wall-clock budget, bf16 autocast where the device has bf16 matrix units, checkpoints and learning-curve snapshots every
 # 10 minutes; the 2-hour run warms up over 800 updates (docs/runs/sweep.md, runs N and O). To plot a reference curve
 # beside the run's: ARGS="--compare-curve docs/runs/marian_learning_curves.json".
 train-1h: setup

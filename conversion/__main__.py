@@ -10,6 +10,7 @@ flags (`--dict-dir`, `--max-positions 1`).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -17,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hf_vanilla_transformer.errors import flag_wording
+from hf_vanilla_transformer.errors import Terminated, flag_wording, sigterm_raises_terminated
 from hf_vanilla_transformer.files import no_space_message
 
 from . import annotated, fairseq, marian, nn_transformer, onnx, opennmt
@@ -51,11 +52,14 @@ def add_common(
     parser: argparse.ArgumentParser, options: type[CommonOptions], source: str, reference_script: str = ""
 ) -> None:
     """SOURCE, OUTPUT_DIR, `--atol` and `--reference` (where the options have them), `--atol-fp32`, `--base-model`,
-    `--license`: the fields of `CommonOptions`, `SourceOptions` and `ReferenceOptions` (conversion/_common.py gives
-    the tolerances' reasons); `reference_script` writes the reference logits."""
+    `--license`, `--license-name`: the fields of `CommonOptions`, `SourceOptions` and `ReferenceOptions`
+    (conversion/_common.py gives the tolerances' reasons); `reference_script` writes the reference logits."""
     parser.add_argument("source", metavar="SOURCE", type=Path, help=source)
     parser.add_argument(
-        "output_dir", metavar="OUTPUT_DIR", type=Path, help="The folder to write; an existing one is replaced whole."
+        "output_dir",
+        metavar="OUTPUT_DIR",
+        type=Path,
+        help="The folder to write: a new or empty one, or a model folder this package wrote (replaced whole).",
     )
     if issubclass(options, SourceOptions):
         parser.add_argument(
@@ -75,9 +79,10 @@ def add_common(
     )
     parser.add_argument(
         "--license",
-        help="the Hub license id of the converted weights (default: the one the source's own model card states, "
-        "else none)",
+        help="the Hub license id of the converted weights, e.g. apache-2.0, cc-by-4.0, or other with --license-name "
+        "(default: the one the source's own model card states, else none)",
     )
+    parser.add_argument("--license-name", help="with --license other: the terms' name, kebab-case (my-terms-1.0)")
     if issubclass(options, ReferenceOptions):
         parser.add_argument(
             "--reference",
@@ -274,7 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     entry = FORMATS[args.format]
     try:
-        print(entry.convert(options_from(args)))
+        with sigterm_raises_terminated():
+            print(entry.convert(options_from(args)))
+    except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C, SIGTERM: one line, not a traceback; exit 130, 143
+        how, number = (
+            ("interrupted", signal.SIGINT) if isinstance(stop, KeyboardInterrupt) else ("terminated", signal.SIGTERM)
+        )
+        where = f"{args.output_dir} is whole (the old folder or the new one, never a mix)"  # files.replaced_folder
+        parser.exit(128 + number, f"{parser.prog} {args.format}: {how}; {where}. Run it again to redo it.\n")
     except (NotImplementedError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"{parser.prog} {args.format}: error: {as_flags(str(error), entry.options)}\n")
     except Exception as error:  # a full disk: one line naming the output; any other error as it is

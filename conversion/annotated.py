@@ -28,7 +28,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 
-from ._common import Converted, Finished, KeyRule, safe_torch_load, sha256, token_generation_config
+from ._common import Converted, Finished, KeyRule, check_output, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
     PytorchOptions,
     check_position_table,
@@ -183,6 +183,7 @@ def load_annotated(options: AnnotatedOptions) -> Converted:
 
 def convert(options: AnnotatedOptions) -> Finished:
     """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    check_output(options)
     result = load_annotated(options)
     result.notes += [
         "Inputs are the Annotated Transformer's token ids; its tokenizer is spaCy, so the tokenizer here (from the "

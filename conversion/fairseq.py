@@ -36,6 +36,7 @@ from ._common import (
     Finished,
     KeyRule,
     ReferenceOptions,
+    check_output,
     finish_against_reference,
     load_with_key_map,
     safe_torch_load,
@@ -474,6 +475,7 @@ class FairseqEOSAtMaxLength(LogitsProcessor):
 
 def convert(options: FairseqOptions) -> Finished:
     """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    check_output(options)
     checkpoint, dict_dir = locate(options.source, options.checkpoint, options.dict_dir)
     converted = load_fairseq(
         checkpoint,

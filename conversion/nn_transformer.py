@@ -26,7 +26,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 
-from ._common import Converted, Finished, KeyRule, safe_torch_load, sha256, token_generation_config
+from ._common import Converted, Finished, KeyRule, check_output, safe_torch_load, sha256, token_generation_config
 from ._pytorch_sources import (
     PytorchOptions,
     check_position_table,
@@ -180,6 +180,7 @@ def load_nn_transformer(options: NnTransformerOptions) -> Converted:
 
 def convert(options: NnTransformerOptions) -> Finished:
     """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    check_output(options)
     result = load_nn_transformer(options)
     result.notes += [
         "Inputs are the tutorial's token ids; its tokenizer is spaCy, so the tokenizer here (from the given source "

@@ -41,6 +41,7 @@ from ._common import (
     Finished,
     KeyRule,
     ReferenceOptions,
+    check_output,
     finish_against_reference,
     load_with_key_map,
     safe_torch_load,
@@ -448,6 +449,7 @@ def generation_config(config: VanillaTransformerConfig, beam: int = 5, max_lengt
 
 def convert(options: OpenNMTOptions) -> Finished:
     """Convert, verify against `options.reference` when given, write the folder and check that it reloads exactly."""
+    check_output(options)
     checkpoint = locate(options.source, options.checkpoint)
     converted = load_opennmt(checkpoint, beam=options.beam, max_length=options.max_length)
     tokenizer = converted.tokenizers[""]

@@ -8,9 +8,13 @@ message serves both.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 import re
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 
 # A field in backticks, with its value where one follows `=`: `max_length`, `max_length=1`.
 FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
@@ -49,4 +53,35 @@ def flag_wording(
     return FIELD.sub(word, message)
 
 
-__all__ = ["FIELD", "OptionError", "close_matches", "flag_wording"]
+class Terminated(BaseException):
+    """SIGTERM (a `kill`, a scheduler's stop, `docker stop`) raised in the main thread, as Ctrl-C raises
+    KeyboardInterrupt: the command unwinds the same way (`finally` blocks, the atomic folder writes' clean-up) and
+    says where things stand, instead of dying without a word. A BaseException, so that no `except Exception` stops
+    it."""
+
+
+@contextlib.contextmanager
+def sigterm_raises_terminated() -> Iterator[None]:
+    """For the body: SIGTERM raises `Terminated` in this process, the previous handler afterwards. Processes forked
+    inside the body (data loaders, `datasets` workers) inherit the handler but not the job: there SIGTERM ends them
+    as it would have. Only the main thread can set a handler; elsewhere the body runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def terminate(signum: int, frame: object) -> None:
+        if os.getpid() != owner:  # a forked worker: the default action, as without this handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["FIELD", "OptionError", "Terminated", "close_matches", "flag_wording", "sigterm_raises_terminated"]

@@ -14,12 +14,14 @@ the attention maps' names) are checked against the package by tests/test_model_c
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath, PureWindowsPath
 from typing import Any
 
 import jinja2
@@ -32,6 +34,8 @@ from huggingface_hub import (
     ModelCard,
     ModelCardData,
 )
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import PretrainedConfig
 from transformers.dynamic_module_utils import get_relative_import_files
 
@@ -95,6 +99,169 @@ TOOLKIT_CITATIONS = {
   doi       = {10.18653/v1/P18-4020}
 }""",
 }
+
+
+# The license identifiers the Hub takes in a card's `license:` field: the table of
+# https://huggingface.co/docs/hub/repositories-licenses (hub-docs, docs/hub/repositories-licenses.md, at commit
+# 008d54d08fd9d5d05ed2840bebb0b61111326a15), in its order. `other` goes with a `license_name`.
+HUB_LICENSES = (
+    *("apache-2.0", "mit", "openrail", "bigscience-openrail-m", "creativeml-openrail-m", "bigscience-bloom-rail-1.0"),
+    *("bigcode-openrail-m", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause", "bsd-3-clause"),
+    *("bsd-3-clause-clear", "c-uda", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-2.5", "cc-by-3.0", "cc-by-4.0"),
+    *("cc-by-sa-3.0", "cc-by-sa-4.0", "cc-by-nc-2.0", "cc-by-nc-3.0", "cc-by-nc-4.0", "cc-by-nd-4.0"),
+    *("cc-by-nc-nd-3.0", "cc-by-nc-nd-4.0", "cc-by-nc-sa-2.0", "cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0"),
+    *("cdla-sharing-1.0", "cdla-permissive-1.0", "cdla-permissive-2.0", "wtfpl", "ecl-2.0", "epl-1.0", "epl-2.0"),
+    *("etalab-2.0", "eupl-1.1", "agpl-3.0", "gfdl", "gpl", "gpl-2.0", "gpl-3.0", "lgpl", "lgpl-2.1", "lgpl-3.0"),
+    *("isc", "lppl-1.3c", "ms-pl", "mpl-2.0", "odc-by", "odbl", "openrail++", "osl-3.0", "postgresql", "ofl-1.1"),
+    *("ncsa", "unlicense", "zlib", "pddl", "lgpl-lr", "deepfloyd-if-license", "llama2", "gemma", "unknown"),
+    "other",
+)
+# A language tag as the Hub takes it: BCP-47 (RFC 5646) in its canonical case, an ISO 639 language (2 or 3 letters:
+# en, de, eng), then optionally a script (Hant), a region (BR, 419) and variants. The card's `language:` gets the
+# ISO 639 part, which is what the Hub's `language` field accepts; a tag with more goes to `language_bcp47` as well.
+LANGUAGE_TAG = re.compile(r"[a-z]{2,3}(?:-[A-Z][a-z]{3})?(?:-(?:[A-Z]{2}|\d{3}))?(?:-(?:[a-z\d]{5,8}|\d[a-z\d]{3}))*")
+# The values other than a language that the Hub's `language` field takes (a source card may carry them).
+HUB_LANGUAGE_WORDS = ("multilingual", "code")
+# A `license_name` for `license: other`: a short kebab-case id (multi30k-non-commercial-research).
+LICENSE_NAME = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*")
+
+
+def _shown(value: object) -> str:
+    """A value as an error shows it: repr (a line break reads \\n), cut where it is long."""
+    text = repr(value)
+    if len(text) > 60:
+        text = f"{text[:40]}... ({len(str(value)):,} characters)"
+    return text
+
+
+def _canonical_case(tag: str) -> str:
+    """`tag` in BCP-47's canonical case: language lower, script title, region upper (EN-us -> en-US)."""
+    parts = tag.split("-")
+    cased = [parts[0].lower()]
+    for part in parts[1:]:
+        if len(part) == 4 and part.isalpha():
+            cased.append(part.title())
+        elif (len(part) == 2 and part.isalpha()) or (len(part) == 3 and part.isdigit()):
+            cased.append(part.upper())
+        else:
+            cased.append(part.lower())
+    return "-".join(cased)
+
+
+def check_language(tag: object, field: str = "languages") -> str:
+    """`tag` if it is a language tag the Hub takes (`LANGUAGE_TAG`: en, de, eng, pt-BR, zh-Hant), else ValueError
+    naming `field`, the value and the fix: line breaks, markup, a phrase or a 5,000-character string never reach a
+    card."""
+    if isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag):
+        return tag
+    fix = "Pass a BCP-47 language tag: an ISO 639 code (en, de, fr, eng), with a script or region where it matters "
+    fix += "(pt-BR, zh-Hant)."
+    if isinstance(tag, str) and LANGUAGE_TAG.fullmatch(_canonical_case(tag)):
+        fix = f"Write it {_canonical_case(tag)} (BCP-47's case: language lower, script Title, region UPPER)."
+    raise ValueError(f"`{field}` {_shown(tag)} is not a language tag the Hub accepts. {fix}")
+
+
+def check_license(
+    license: object, license_name: object = None, field: str = "license", name_field: str = "license_name"
+) -> dict[str, str]:
+    """The card's license fields for `license` (a Hub license id, `HUB_LICENSES`) and, with `other`, `license_name`
+    (a kebab-case name of the terms); ValueError naming the field, the value and the fix otherwise."""
+    if license != "other" and license_name is not None:
+        given = "not given" if license is None else _shown(license)
+        raise ValueError(
+            f"`{name_field}` {_shown(license_name)} names the terms of `{field}=other` only; `{field}` is {given}. "
+            f"Drop `{name_field}`, or pass `{field}=other`."
+        )
+    if not isinstance(license, str) or license not in HUB_LICENSES:
+        close = difflib.get_close_matches(str(license).lower(), HUB_LICENSES, n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(
+            f"`{field}` {_shown(license)} is not a license id of the Hub{hint}. Pass one of its ids (apache-2.0, "
+            "mit, cc-by-4.0, cc-by-nc-4.0, ...: https://huggingface.co/docs/hub/repositories-licenses), or "
+            f"`{field}=other` with `{name_field}` naming the terms."
+        )
+    if license != "other":
+        return {"license": license}
+    if not isinstance(license_name, str) or not LICENSE_NAME.fullmatch(license_name) or len(license_name) > 64:
+        given = "none was given" if license_name is None else f"{_shown(license_name)} is not one"
+        raise ValueError(
+            f"`{field}=other` needs `{name_field}`, a short kebab-case name of the terms: {given}. Pass e.g. "
+            f"`{name_field}=my-terms-1.0` (lowercase letters, digits, '-' and '.'; at most 64 characters)."
+        )
+    return {"license": "other", "license_name": license_name}
+
+
+def check_repo_id(repo_id: object, field: str = "base_model") -> str:
+    """`repo_id` if it is a Hub repository id (owner/name, or a bare name), else ValueError naming `field`."""
+    try:
+        validate_repo_id(repo_id)  # type: ignore[arg-type]
+    except (HFValidationError, TypeError):
+        raise ValueError(
+            f"`{field}` {_shown(repo_id)} is not a Hub repository id. Pass one such as Helsinki-NLP/opus-mt-en-de."
+        ) from None
+    return str(repo_id)
+
+
+def _is_local_path(text: str) -> bool:
+    """Whether `text` names a place on this machine a card must not show: an absolute path (POSIX or Windows), one
+    from the home folder, or one that climbs out of the working folder."""
+    return (
+        text.startswith(("/", "~"))
+        or PureWindowsPath(text).is_absolute()
+        or ".." in PurePath(text.replace("\\", "/")).parts
+    )
+
+
+def public_path(text: str) -> str:
+    """`text` as a card shows it: a local path (`_is_local_path`) cut to its file name, anything else as it is."""
+    if not _is_local_path(text):
+        return text
+    return PurePath(text.replace("\\", "/")).name or text
+
+
+def public_command(command: str) -> str:
+    """`command` as a card shows it: every local path in it cut to its file name (`--train-src
+    /home/u/data/train.en` -> `--train-src train.en`, also `--option=/path`), so that a pushed card discloses no
+    folder of the machine that trained; relative paths below the working folder and Hub ids stay as given."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: no command line this package wrote; its words as they are
+        words = command.split()
+    shown = []
+    for word in words:
+        option, equals, value = word.partition("=") if word.startswith("-") else ("", "", word)
+        shown.append(option + equals + public_path(value) if equals or not option else word)
+    return shlex.join(shown)
+
+
+def _hub_language(tag: object) -> bool:
+    """Whether the Hub's `language` field takes `tag`: a language tag or one of its words (multilingual, code)."""
+    return tag in HUB_LANGUAGE_WORDS or (isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag) is not None)
+
+
+def _source_license(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The license fields of a source model's card where the Hub takes them (with the link of `other`), else {}."""
+    try:
+        fields = check_license(metadata.get("license"), metadata.get("license_name"))
+    except ValueError:
+        return {}
+    link = metadata.get("license_link")
+    if fields["license"] == "other" and isinstance(link, str) and re.fullmatch(r"https?://\S+", link):
+        fields["license_link"] = link
+    return fields
+
+
+def _card_languages(languages: Sequence[str], source: str) -> dict[str, list[str]]:
+    """The card's language fields for `languages` (each checked, `source` naming where they come from): `language`
+    holds each tag's ISO 639 part, as the Hub's field takes it, and `language_bcp47` the tags, where any has more
+    (a script or a region)."""
+    tags = [word if word in HUB_LANGUAGE_WORDS else check_language(word, source) for word in languages]
+    if not tags:
+        return {}
+    fields = {"language": list(dict.fromkeys(tag.split("-")[0] for tag in tags))}
+    if any("-" in tag for tag in tags):
+        fields["language_bcp47"] = tags
+    return fields
 
 
 @dataclass(frozen=True)
@@ -336,8 +503,10 @@ def decoding_rows(generation: Mapping[str, Any]) -> tuple[list[tuple[str, str]],
         limit = f"source length + {offset}"
     elif generation.get("max_new_tokens") is not None:
         limit = f"{generation['max_new_tokens']} new tokens"
-    else:
-        limit = f"{generation.get('max_length', 20)} tokens"
+    elif generation.get("max_length") is not None:
+        limit = f"{generation['max_length']} tokens"
+    else:  # generate() then applies §6.1's limit (PAPER_MAX_NEW_TOKENS_OFFSET), not transformers' 20 tokens
+        limit = "source length + 50"
     early = generation.get("early_stopping", False)
     rows = [
         ("Beam size", str(beams)),
@@ -374,12 +543,12 @@ def _hub_datasets(datasets: Sequence[str]) -> list[str]:
     return ids
 
 
-def _license(license: str | None, data: Sequence[TrainingData]) -> dict[str, str]:
-    """The Hub license fields: the user's `license`, else the terms of the known training data (`license: other`
-    with their name and link, since they are no standard license), else none: a card must not claim a license
-    that nobody stated."""
-    if license:
-        return {"license": license}
+def _license(license: str | None, license_name: str | None, data: Sequence[TrainingData]) -> dict[str, str]:
+    """The Hub license fields: the user's `license` (with `license_name` for `other`; `check_license`), else the
+    terms of the known training data (`license: other` with their name and link, since they are no standard
+    license), else none: a card must not claim a license that nobody stated."""
+    if license is not None or license_name is not None:
+        return check_license(license, license_name)
     if data:
         return {"license": "other", "license_name": data[0].license_name, "license_link": data[0].license_link}
     return {}
@@ -429,6 +598,7 @@ def render_model_card(
     model_name: str | None = None,
     repo_id: str | None = None,
     license: str | None = None,
+    license_name: str | None = None,
     base_model: str | None = None,
     example_text: str | None = None,
     training: Mapping[str, Any] | None = None,
@@ -441,6 +611,9 @@ def render_model_card(
     results = _results(results)
     model_name = model_name or output_dir.resolve().name
     languages = list(languages)
+    language_fields = _card_languages(languages, "languages")
+    if base_model is not None:
+        check_repo_id(base_model)
     data = [KNOWN_DATA[name] for name in datasets if name in KNOWN_DATA]
     hub_datasets = _hub_datasets(datasets)
     language_pair = f"{languages[0]} → {languages[1]}" if len(languages) == 2 else None
@@ -470,9 +643,9 @@ def render_model_card(
         task_name = f"Translation {language_pair}" if language_pair else "Translation"
         eval_results = _eval_results(results, task_name)
 
-    license_fields = _license(license, data)
+    license_fields = _license(license, license_name, data)
     card_data = ModelCardData(
-        language=languages or None,
+        **language_fields,
         **license_fields,
         library_name="transformers",
         pipeline_tag="translation",
@@ -497,7 +670,10 @@ def render_model_card(
         key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
     )
     attention_images = [(titles.get(path.name, path.stem), f"attention/{path.name}") for path in images]
-    training_rows = [(name, _value(value)) for name, value in (training or {}).items() if value is not None]
+    # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
+    training_rows = [
+        (name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None
+    ]
     return _render(
         TEMPLATE,
         card_data,
@@ -511,12 +687,13 @@ def render_model_card(
         paper_decoding=paper_decoding,
         results=results,
         attention_images=attention_images,
-        command=command,
+        command=public_command(command) if command is not None else None,
         training=training_rows,
         extra=extra,
         data=data[0] if data else None,
         data_note=data_note,
         license=license_fields,
+        license_given=license is not None or license_name is not None,
         base_model=base_model,
         out_of_domain=out_of_domain,
         citations=[PAPER_CITATION, *_citations(data, languages), PROJECT_CITATION],
@@ -566,6 +743,7 @@ def render_converted_card(
     tags: Sequence[str] = (),
     source: str | None = None,
     license: str | None = None,
+    license_name: str | None = None,
     base_model: str | None = None,
     source_metadata: Mapping[str, Any] | None = None,
     languages: Sequence[str] = (),
@@ -577,20 +755,27 @@ def render_converted_card(
     and the `notes`. `library_name` and `tags` (besides translation and CONVERTED_TAGS) describe the folder's files
     on the Hub (an ONNX export: "onnx").
 
-    Metadata: `license` (given by the user) or the one the source's own card states (`source_metadata`, see
-    `source_card_metadata`), else none; `base_model` the source's Hub id when the user gives it; `language` from
-    `languages` or the source's card; the citations of the paper, of the `source` toolkit when known
-    (TOOLKIT_CITATIONS) and of this project."""
+    Metadata: `license` (given by the user, a Hub license id; `other` with `license_name`) or the one the source's
+    own card states (`source_metadata`, see `source_card_metadata`), else none; `base_model` the source's Hub id
+    when the user gives it; `language` from `languages` or the source's card; the citations of the paper, of the
+    `source` toolkit when known (TOOLKIT_CITATIONS) and of this project. Values given are checked (`check_license`,
+    `check_repo_id`, `check_language`); a source card's license or languages that the Hub would not take are left
+    out."""
     source_metadata = dict(source_metadata or {})
-    if license:
-        license_fields = {"license": license}
+    if base_model is not None:
+        check_repo_id(base_model)
+    if license is not None or license_name is not None:
+        license_fields = check_license(license, license_name)
     else:
-        license_fields = {
-            key: source_metadata[key] for key in ("license", "license_name", "license_link") if key in source_metadata
-        }
-    languages = list(languages) or source_metadata.get("language") or []
+        license_fields = _source_license(source_metadata)
+    if languages:
+        language_fields = _card_languages(languages, "languages")
+    else:
+        given = source_metadata.get("language") or []
+        given = [given] if isinstance(given, str) else given
+        language_fields = _card_languages([tag for tag in given if _hub_language(tag)], "languages")
     card_data = ModelCardData(
-        language=languages or None,
+        **language_fields,
         **license_fields,
         library_name=library_name,
         pipeline_tag="translation",
@@ -612,7 +797,7 @@ def render_converted_card(
         usage=usage.strip(),
         notes=list(notes),
         license=license_fields,
-        license_given=bool(license),
+        license_given=license is not None or license_name is not None,
         base_model=base_model,
         citations=[*citations, PROJECT_CITATION],
     )
@@ -637,16 +822,18 @@ def write_model_card(
             a known corpus's name, "multi30k"), "dataset_name", "dataset_config" and "split" keys describing the
             test set, and "out_of_domain"; None for no results. Its scores, with their sacreBLEU signatures as
             `metric_config`, become the model-index.
-        languages: ISO codes, source first (["en", "de"]).
+        languages: BCP-47 language tags as the Hub takes them (`check_language`), source first (["en", "de"]; the
+            card's `language` gets each tag's ISO 639 part, "pt" of "pt-BR", and `language_bcp47` the tags).
         datasets: the training data as Hub dataset ids, or a known corpus's name ("multi30k", written as its Hub
             id `bentrevett/multi30k`); the first also names the test set unless `results["dataset"]`. Data that is
             not on the Hub is described with `data_note` instead.
-        command: the training command, shown verbatim.
+        command: the training command, shown with file names for local paths (`public_command`).
         extra: Markdown appended after the evaluation.
         options: `model_name` (default: the folder name); `repo_id` (the Hub id the usage examples load; default:
-            model_name, with a note to replace it); `license` (a Hub license id; default: the known training
-            data's terms as `license: other` with their name and link, else none); `base_model` (the Hub id a
-            fine-tuned model started from); `example_text` (a source sentence of the model's domain for the widget
+            model_name, with a note to replace it); `license` (a Hub license id, `HUB_LICENSES`; default: the known
+            training data's terms as `license: other` with their name and link, else none); `license_name` (with
+            `license="other"`: the terms' kebab-case name); `base_model` (the Hub id a fine-tuned model started
+            from); `example_text` (a source sentence of the model's domain for the widget
             and the examples; default: an image description in the source language); `training` (setting ->
             value rows of the training procedure); `data_note` (Markdown describing data not on the Hub);
             `out_of_domain` ({"source", "translation"}, see `evaluation.out_of_domain_translation`).
@@ -804,6 +991,8 @@ def push_folder_to_hub(
 __all__ = [
     "ATTENTION_MAPS",
     "HUB_FILES",
+    "HUB_LICENSES",
+    "LANGUAGE_TAG",
     "MULTI30K",
     "CardConfig",
     "RepositoryNotEmptyError",
@@ -812,10 +1001,15 @@ __all__ = [
     "architecture_rows",
     "card_for_repository",
     "card_from_results",
+    "check_language",
+    "check_license",
+    "check_repo_id",
     "code_files",
     "count_parameters",
     "decoding_rows",
     "hub_files",
+    "public_command",
+    "public_path",
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",

@@ -12,6 +12,7 @@ from huggingface_hub import ModelCard
 from transformers import pipeline
 
 from hf_vanilla_transformer.cli import _flag_wording, _option_flags, build_parser, main
+from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import hub_files
 
@@ -77,11 +78,18 @@ def test_bf16_option(flags, bf16) -> None:
     ],
 )
 def test_errors_name_the_value_and_the_fix(argv, message, capsys, tmp_path, monkeypatch) -> None:
+    """Exit 2 and stderr one line, `PROG COMMAND: error: ...` naming the value: nothing else (no warning, no
+    traceback), except that argparse's own errors (an invalid choice or value) come after its usage."""
     monkeypatch.chdir(tmp_path)
     code, _, err = run(argv, capsys)
     assert code == 2
-    assert message in err
-    assert "Traceback" not in err
+    *usage, line = err.splitlines()
+    assert err.endswith("\n") and line.startswith(f"hf-vanilla-transformer {argv[0]}: error: "), err
+    assert message in line, err
+    if line.startswith(f"hf-vanilla-transformer {argv[0]}: error: argument "):  # argparse's own
+        assert usage[0].startswith("usage: ") and all(text.startswith(" ") for text in usage[1:]), err
+    else:
+        assert not usage, err
 
 
 def test_unwritable_output_folder_and_resume_without_checkpoints(tmp_path, capsys) -> None:
@@ -158,10 +166,25 @@ def test_the_model_folder_holds_exactly_the_hub_files(trained) -> None:
     """The model folder is what its Hub repository holds, nothing else; the run's other files stay beside it."""
     model = trained / "model"
     held = sorted(path.relative_to(model).as_posix() for path in model.rglob("*") if path.is_file())
-    assert held == hub_files(model)
+    assert [name for name in held if not name.endswith(MANIFEST)] == hub_files(model)  # the manifest stays local
     assert {"results.json", "README.md", "attention/cross_attention.png", "tokenizer.json"} <= set(held)
     run_level = {path.name for path in trained.iterdir()}
     assert {"checkpoints", "curve", "run_settings.json", "model"} <= run_level and "config.json" not in run_level
+
+
+def test_the_model_folder_shows_no_local_folder(trained, corpus) -> None:
+    """The model folder is what `push` uploads: its card reproduces the training command with file names
+    (`--train-src train.en`, not the absolute path given), and no file of it (card, results.json, configs,
+    tokenizer files) holds the folders of the machine that trained. (Before the resume below, which rewrites the
+    folder without a card: `--no-eval`.)"""
+    model = trained / "model"
+    card = (model / "README.md").read_text()
+    assert "--train-src train.en --train-tgt train.de" in card, card
+    for path in sorted(model.rglob("*")):
+        if path.is_file() and path.suffix in (".md", ".json", ".txt"):
+            text = path.read_text(encoding="utf-8")
+            for folder in (str(corpus), str(trained), str(trained.parent)):
+                assert folder not in text, f"{path.name} holds {folder}"
 
 
 def test_evaluate_translate_and_average_on_the_trained_folder(trained, corpus, capsys, tmp_path) -> None:
@@ -477,10 +500,13 @@ def test_loading_passes_trust_remote_code_false_unless_asked(bpe_model, tmp_path
 
 def test_ctrl_c_is_one_line_with_the_command_that_resumes_a_run(capsys, monkeypatch, tmp_path) -> None:
     """Ctrl-C (KeyboardInterrupt) ends a command with exit status 130 and one line, no traceback; for `train`, the
-    line gives the same command with --resume."""
+    line gives the same command with --resume (here, once the run saved a complete checkpoint)."""
     from hf_vanilla_transformer import cli
 
     def interrupted(args: object) -> int:
+        checkpoint = tmp_path / "my run" / "checkpoints" / "checkpoint-3"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        (checkpoint / "trainer_state.json").write_text("{}")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "run_train", interrupted)
@@ -493,3 +519,187 @@ def test_ctrl_c_is_one_line_with_the_command_that_resumes_a_run(capsys, monkeypa
     assert err.rstrip().endswith(f"train --output-dir '{output}' --max-steps 5 --resume"), err
     code, _, err = run(["translate", str(tmp_path), "A man."], capsys)
     assert code == 130 and err.count("\n") == 1 and "--resume" not in err, err
+
+
+# ------------------------------------------------------------------------------------------- issue 34: signals
+
+
+@pytest.fixture
+def sigterm_guard():
+    """A SIGTERM handler of the test's own while it runs: a command that fails to install its handler meets this
+    one (an AssertionError) instead of pytest's default, which would end the whole test session."""
+    import signal
+
+    def guard(signum, frame):
+        raise AssertionError("SIGTERM reached the test's handler: the command had none of its own")
+
+    previous = signal.signal(signal.SIGTERM, guard)
+    yield guard
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_self(*args: object) -> int:
+    """A command's work that gets SIGTERM from outside (here from itself) and would go on for seconds."""
+    import os
+    import signal
+    import time
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    raise AssertionError("SIGTERM did not stop the command")
+
+
+@pytest.mark.parametrize(
+    ("argv", "function"),
+    [
+        (["evaluate", "model"], "run_evaluate"),
+        (["translate", "model", "A man."], "run_translate"),
+        (["average", "a", "b", "-o", "out"], "run_average"),
+        (["push", "model", "me/model"], "run_push"),
+    ],
+)
+def test_sigterm_ends_a_command_with_143_and_one_line(argv, function, capsys, monkeypatch, sigterm_guard) -> None:
+    """SIGTERM (a `kill`, a scheduler's stop) ends a command as Ctrl-C does, with one line saying where things
+    stand and exit status 143 (128 + SIGTERM, what a shell reports), no traceback; the command's handler is its
+    own only while it runs (the previous one is back afterwards)."""
+    import signal
+
+    from hf_vanilla_transformer import cli
+
+    monkeypatch.setattr(cli, function, _terminate_self)
+    code, out, err = run(argv, capsys)
+    assert code == 143 and out == "", err
+    assert err == f"hf-vanilla-transformer {argv[0]}: terminated (SIGTERM). Run it again to redo it.\n"
+    assert signal.getsignal(signal.SIGTERM) is sigterm_guard
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_a_stopped_conversion_is_one_line(how, capsys, monkeypatch, sigterm_guard, tmp_path) -> None:
+    """`python -m conversion`: SIGTERM exits 143, Ctrl-C 130, each with one line saying that OUTPUT_DIR is whole
+    (files.replaced_folder swaps the new folder in at once), no traceback."""
+    from dataclasses import replace
+
+    import conversion.__main__ as conversion_main
+
+    def interrupted(options: object) -> None:
+        raise KeyboardInterrupt
+
+    stop = _terminate_self if how == "SIGTERM" else interrupted
+    monkeypatch.setitem(conversion_main.FORMATS, "marian", replace(conversion_main.FORMATS["marian"], convert=stop))
+    output = tmp_path / "out"
+    try:
+        code = conversion_main.main(["marian", str(tmp_path / "opus"), str(output)])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == (143 if how == "SIGTERM" else 130), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    word = "terminated" if how == "SIGTERM" else "interrupted"
+    assert err.startswith(f"python -m conversion marian: {word}; {output} is whole"), err
+
+
+def test_interrupted_train_says_where_the_run_stands(capsys, monkeypatch, tmp_path) -> None:
+    """The line of an interrupted `train` gives a command that works from where the run stands: with no
+    checkpoint of this run yet, the same command (not --resume, which would find nothing); with only a half-written
+    one, --overwrite; with an earlier run's checkpoints that --overwrite has not yet removed, the same command
+    again (not --resume, which would continue the run the user asked to replace); with one of its own, --resume
+    without --overwrite (the two contradict each other)."""
+    import os
+
+    from hf_vanilla_transformer import cli
+
+    output = tmp_path / "run"
+    checkpoints = output / "checkpoints"
+    state = checkpoints / "checkpoint-3" / "trainer_state.json"
+    saves = []  # what the run writes before it is interrupted
+
+    def interrupted(args: object) -> int:
+        for path in saves:
+            path.touch()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_train", interrupted)
+
+    def line(*flags: str) -> str:
+        code, _, err = run(["train", "--output-dir", str(output), "--max-steps", "5", *flags], capsys)
+        assert code == 130 and err.count("\n") == 1, err
+        return err.strip()
+
+    assert line().endswith(
+        f"No checkpoint of this run was saved yet; to start it again: hf-vanilla-transformer "
+        f"train --output-dir {output} --max-steps 5"
+    )
+    (checkpoints / "checkpoint-4").mkdir(parents=True)  # killed while saving: no trainer_state.json
+    assert line().endswith(
+        f"No checkpoint in {checkpoints} is complete; to start afresh: hf-vanilla-transformer "
+        f"train --output-dir {output} --max-steps 5 --overwrite"
+    )
+    state.parent.mkdir()
+    state.write_text("{}")
+    os.utime(state, (0, 0))  # an earlier run's
+    assert line("--overwrite").endswith(
+        f"to start it again: hf-vanilla-transformer train --output-dir {output} --max-steps 5 --overwrite"
+    )
+    saves.append(state)  # this run's
+    assert line("--overwrite").endswith(
+        f"checkpoints up to checkpoint-3; to continue from it: hf-vanilla-transformer "
+        f"train --output-dir {output} --max-steps 5 --resume"
+    )
+
+
+# ------------------------------------------------------------------------------------------- issue 34: arguments
+
+
+def test_sentences_may_follow_options(bpe_model, capsys) -> None:
+    """`translate MODEL --int8 "A man."` (a sentence after an option) translates, as argparse's intermixed parsing
+    allows: the same lines as with the sentences first, in the order given, also on both sides of an option; an
+    unknown option is still refused."""
+    model = str(bpe_model)
+    code, out, err = run(["translate", model, "--int8", "A man."], capsys)
+    assert code == 0 and out.count("\n") == 1, err
+    code, first, err = run(["translate", model, "A man.", "A dog.", "--num-beams", "1"], capsys)
+    assert code == 0 and first.count("\n") == 2, err
+    code, after, err = run(["translate", model, "--num-beams", "1", "A man.", "A dog."], capsys)
+    assert code == 0 and after == first, err
+    code, around, err = run(["translate", model, "A man.", "--num-beams", "1", "A dog."], capsys)
+    assert code == 0 and around == first, err
+    code, _, err = run(["translate", model, "--num-beams", "1", "A man.", "--bogus"], capsys)
+    assert code == 2 and "unrecognized arguments: --bogus" in err
+
+
+# ------------------------------------------------------------------------------------------- issue 34: card values
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--src-lang", "en\nlicense: mit"], "`--src-lang` 'en\\nlicense: mit' is not a language tag the Hub accepts"),
+        (["--tgt-lang", "<script>alert(1)</script>"], "`--tgt-lang` '<script>alert(1)</script>' is not a language"),
+        (["--src-lang", "x" * 5000], "... (5,000 characters) is not a language tag the Hub accepts. Pass a BCP-47"),
+        (["--src-lang", "EN"], "`--src-lang` 'EN' is not a language tag the Hub accepts. Write it en"),
+        (["--license", "mit\nbase_model: x"], "`--license` 'mit\\nbase_model: x' is not a license id of the Hub"),
+        (["--license", "MIT"], "`--license` 'MIT' is not a license id of the Hub (did you mean mit?)"),
+        (["--license", "other"], "`--license other` needs `--license-name`, a short kebab-case name of the terms"),
+        (["--license", "mit", "--license-name", "x"], "`--license-name` 'x' names the terms of `--license other`"),
+    ],
+    ids=[
+        "newline",
+        "html",
+        "5000-chars",
+        "case",
+        "license-newline",
+        "license-case",
+        "other-unnamed",
+        "name-not-other",
+    ],
+)
+def test_card_values_are_refused_in_one_line_before_the_data_is_read(flags, message, capsys, tmp_path) -> None:
+    """Languages and the license end up in the model card's YAML and Markdown: a value the Hub would not take is
+    one line naming the option, the value (a line break shown as \\n, a long one cut) and the fix, exit 2, before
+    the data is read (the missing training files are not what is reported) and before the run folder exists."""
+    output = tmp_path / "run"
+    files = ["--train-src", str(tmp_path / "missing.en"), "--train-tgt", str(tmp_path / "missing.de")]
+    code, _, err = run(["train", *files, "--max-steps", "1", "--output-dir", str(output), *flags], capsys)
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and len(err) < 600, err
+    assert not output.exists()

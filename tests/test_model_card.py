@@ -296,3 +296,134 @@ def test_converted_card_with_and_without_base_model(tmp_path: Path) -> None:
     _no_placeholders(text)
     # --license wins over the source's card.
     assert ModelCard(_converted(source_metadata=source, license="mit")).data.license == "mit"
+
+
+# ------------------------------------------------------------------------------------------- issue 34: card values
+
+# What a hostile or careless value looked like in the probe of issue 34: each landed in the card's front matter or
+# body (a second YAML key, raw <script>, a 5,000-character language).
+BAD_LANGUAGES = ["en\nlicense: mit", "<script>alert(1)</script>", "x" * 5000, "English", "EN", "en_US", ""]
+BAD_LICENSES = ["mit\nbase_model: x", "MIT", "<b>mit</b>", "apache 2.0", "gpl-4.0", ""]
+
+
+def test_hub_licenses_are_the_hubs_list() -> None:
+    """HUB_LICENSES is the Hub's table (docs/hub/repositories-licenses): the ids the brief of issue 34 names are in
+    it, each once, as the Hub writes them (lowercase, no spaces), `other` last."""
+    ids = card_generator.HUB_LICENSES
+    named = ["apache-2.0", "mit", "cc-by-4.0", "cc-by-sa-4.0", "cc-by-nc-4.0", "gpl-3.0", "bsd-3-clause", "openrail"]
+    assert {*named, "llama2", "cc0-1.0", "agpl-3.0", "unknown", "other"} <= set(ids)
+    assert len(ids) == len(set(ids)) and ids[-1] == "other"
+    assert all(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license) for license in ids)
+
+
+@pytest.mark.parametrize("language", BAD_LANGUAGES)
+def test_a_language_the_hub_would_not_take_is_refused(model_dir: Path, language: str) -> None:
+    with pytest.raises(ValueError, match=r"^`languages` .* is not a language tag the Hub accepts\. (Pass|Write)"):
+        write_model_card(model_dir, languages=["en", language])
+    with pytest.raises(ValueError, match=r"is not a language tag the Hub accepts"):
+        _converted(languages=[language])
+
+
+@pytest.mark.parametrize("license", BAD_LICENSES)
+def test_a_license_that_is_no_hub_id_is_refused(model_dir: Path, license: str) -> None:
+    with pytest.raises(ValueError, match=r"^`license` .* is not a license id of the Hub"):
+        write_model_card(model_dir, languages=["en", "de"], license=license)
+    with pytest.raises(ValueError, match=r"is not a license id of the Hub"):
+        _converted(license=license)
+
+
+def test_bcp47_tags_other_with_a_name_and_a_bad_base_model(model_dir: Path) -> None:
+    """Tags with a script or region are taken: the Hub's `language` field gets their ISO 639 part, `language_bcp47`
+    the tags; `license: other` needs `license_name` and shows it; a base model that is no Hub id is refused."""
+    path = write_model_card(model_dir, languages=["pt-BR", "zh-Hant"], license="other", license_name="my-terms-1.0")
+    text = path.read_text(encoding="utf-8")
+    data = ModelCard(text).data
+    assert data.language == ["pt", "zh"] and data.to_dict()["language_bcp47"] == ["pt-BR", "zh-Hant"]
+    assert (data.license, data.license_name) == ("other", "my-terms-1.0")
+    assert "`other` (`my-terms-1.0`), as given by whoever trained the model" in text
+    assert "pt-BR → zh-Hant" in text
+    assert "language_bcp47" not in ModelCard(write_model_card(model_dir, languages=["eng", "deu"]).read_text()).data
+    with pytest.raises(ValueError, match=r"`license=other` needs `license_name`"):
+        write_model_card(model_dir, languages=["en", "de"], license="other")
+    with pytest.raises(ValueError, match=r"`license_name` 'mine' names the terms of `license=other` only"):
+        write_model_card(model_dir, languages=["en", "de"], license="mit", license_name="mine")
+    with pytest.raises(ValueError, match=r"`base_model` '<script>' is not a Hub repository id"):
+        write_model_card(model_dir, languages=["en", "de"], base_model="<script>")
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (
+            "hf-vanilla-transformer train --train-src /home/u/data/train.en --train-tgt /home/u/data/train.de",
+            "hf-vanilla-transformer train --train-src train.en --train-tgt train.de",
+        ),
+        ("x --tokenizer ~/tok --init-from=/srv/runs/a/model", "x --tokenizer tok --init-from=model"),
+        (
+            "x --test-src ../../secret/test.en --config 'C:\\Users\\u\\run.yaml'",
+            "x --test-src test.en --config run.yaml",
+        ),
+        ("x --output-dir 'outputs/my run' --dataset wmt/wmt14", "x --output-dir 'outputs/my run' --dataset wmt/wmt14"),
+    ],
+    ids=["absolute", "home-and-equals", "climbing-and-windows", "relative-and-hub-ids-stay"],
+)
+def test_the_card_shows_file_names_for_local_paths(model_dir: Path, command: str, shown: str) -> None:
+    """The reproduced training command and the training table show file names for local paths, never the
+    machine's folders (a pushed card disclosed /home/...); relative paths below the run and Hub ids stay."""
+    assert model_card.public_command(command) == shown
+    training = {"Tokenizer": "/home/u/tokenizers/bpe-8k", "Preset": "transformer-base"}
+    text = write_model_card(model_dir, languages=["en", "de"], command=command, training=training).read_text()
+    assert f"```bash\n{shown}\n```" in text and "| Tokenizer | bpe-8k |" in text
+    assert "/home/u" not in text and "/srv/" not in text and "secret" not in text and "Users" not in text
+
+
+def test_a_converted_card_keeps_only_what_the_hub_takes_of_the_source_card(tmp_path: Path) -> None:
+    """The source's own card (a downloaded folder's README.md) is read, not trusted: a language or license there
+    that the Hub would not take is left out of the converted card, the valid ones kept."""
+    (tmp_path / "README.md").write_text(
+        "---\nlicense: 'mit\n\n  base_model: x'\nlanguage: [en, '<script>x</script>', multilingual]\n---\n# opus\n"
+    )
+    data = ModelCard(_converted(source_metadata=source_card_metadata(tmp_path))).data
+    assert data.language == ["en", "multilingual"] and data.license is None
+    other = {"license": "other", "license_name": "opus-terms", "license_link": "https://opus.example/terms"}
+    data = ModelCard(_converted(source_metadata=other)).data
+    assert (data.license, data.license_name, data.license_link) == (
+        "other",
+        "opus-terms",
+        "https://opus.example/terms",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--license", "mit\nbase_model: x"], "`--license` 'mit\\nbase_model: x' is not a license id of the Hub"),
+        (["--license", "other"], "`--license other` needs `--license-name`"),
+        (["--base-model", "<script>"], "`--base-model` '<script>' is not a Hub repository id"),
+    ],
+)
+def test_conversion_card_options_are_refused_before_the_source_is_read(flags, message, tmp_path, capsys) -> None:
+    """`python -m conversion`'s card options are checked as the options are built: one line naming the flag, exit
+    2, before the (here missing) source is looked at."""
+    from conversion.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["marian", str(tmp_path / "missing"), str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_options_take_bcp47_tags_and_refuse_the_rest(tmp_path: Path) -> None:
+    """`check_report_values` (train's check_options): the card's languages and license as the Hub takes them."""
+    from hf_vanilla_transformer.errors import OptionError
+    from hf_vanilla_transformer.training.options import TrainOptions, check_report_values
+
+    check_report_values(TrainOptions(src_lang="pt-BR", tgt_lang="zh-Hant", license="other", license_name="x-1"))
+    check_report_values(TrainOptions(src_lang="eng", tgt_lang="deu", license="cc-by-nc-4.0"))
+    with pytest.raises(OptionError, match=r"^`tgt_lang` '<script>alert\(1\)</script>' is not a language tag"):
+        check_report_values(TrainOptions(tgt_lang="<script>alert(1)</script>"))
+    with pytest.raises(OptionError, match=r"^`license_name` 'x' names the terms of `license=other` only"):
+        check_report_values(TrainOptions(license_name="x"))
+    with pytest.raises(OptionError, match=r"^`test_max_sentences=0` must be a positive whole number"):
+        check_report_values(TrainOptions(test_max_sentences=0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import peft  # a dev dependency (CI installs it): missing, every test here fails, none skips
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM
@@ -15,8 +16,6 @@ from hf_vanilla_transformer.inference import cpu_inference
 from hf_vanilla_transformer.inference.cpu_inference import PackedLinear, prepare_for_cpu_inference
 
 from .conftest import random_batch, tiny_model
-
-peft = pytest.importorskip("peft")
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 

@@ -1,5 +1,6 @@
 """pipeline("translation") with the package imported, and the saved folder as remote code where it is not."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -119,21 +120,45 @@ OTHER_MODEL_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("architecture", ["marian", "m2m_100"])
-@pytest.mark.parametrize("task", ["translation", "translation_en_to_de"])
+@pytest.mark.parametrize(
+    ("architecture", "task"),
+    [
+        *itertools.product(["marian", "m2m_100"], ["translation", "translation_en_to_de"]),
+        ("nllb", "translation"),  # the task's two forms take one path, tested above: one each here
+        ("mbart", "translation_en_to_de"),
+    ],
+)
 def test_the_translation_pipeline_leaves_other_models_as_transformers_does(tmp_path, architecture, task) -> None:
     """Importing the package must not hand NLLB/M2M100/mBART/Marian models a pipeline that ignores their language
-    settings: for them `pipeline("translation")` does exactly what transformers 5 does without the package."""
-    from transformers import M2M100Config, M2M100ForConditionalGeneration, MarianConfig, MarianMTModel
+    settings: for them `pipeline("translation")` does exactly what transformers 5 does without the package. NLLB is
+    an M2M100 model with NLLB's tokenizer (language codes such as eng_Latn), mBART its own model and tokenizer
+    (en_XX); both tokenizers are built here, with their language codes and no vocabulary beyond them."""
+    from transformers import (
+        M2M100Config,
+        M2M100ForConditionalGeneration,
+        MarianConfig,
+        MarianMTModel,
+        MBartConfig,
+        MBartForConditionalGeneration,
+        MBartTokenizer,
+        NllbTokenizer,
+    )
 
     sizes = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
     sizes |= dict(encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    tokenizer = {
+        "nllb": lambda: NllbTokenizer(src_lang="eng_Latn", tgt_lang="deu_Latn"),
+        "mbart": lambda: MBartTokenizer(src_lang="en_XX", tgt_lang="de_DE"),
+    }.get(architecture, tiny_tokenizer)()
+    vocab_size = max(64, len(tokenizer))
     if architecture == "marian":
-        model = MarianMTModel(MarianConfig(vocab_size=64, **sizes))
+        model = MarianMTModel(MarianConfig(vocab_size=vocab_size, **sizes))
+    elif architecture == "mbart":
+        model = MBartForConditionalGeneration(MBartConfig(vocab_size=vocab_size, **sizes))
     else:
-        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=64, **sizes))
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=vocab_size, **sizes))
     model.save_pretrained(tmp_path)
-    tiny_tokenizer().save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
     outcomes = []
     for imported in ("without", "with"):
         run = subprocess.run(

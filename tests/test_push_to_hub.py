@@ -19,6 +19,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import push_folder_to_hub, write_model_card
@@ -30,7 +31,9 @@ MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "RE
 
 
 def folder_files(folder: Path) -> set[str]:
-    return {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
+    """The folder's files but the package's manifests (files.MANIFEST), which stay local."""
+    files = [path for path in folder.rglob("*") if path.is_file() and path.name != MANIFEST]
+    return {path.relative_to(folder).as_posix() for path in files}
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -262,6 +265,28 @@ def test_push_command_errors_are_one_line(hub, output_dir, tmp_path, capsys, mon
     assert state.commits == [] and state.repos == {}
 
 
+def test_train_push_to_hub_without_a_token_is_refused_before_training(hub, tmp_path, capsys, monkeypatch) -> None:
+    """`train --push-to-hub` where there is no token: exit 2 with one line naming the flag and the fix, before any
+    data is read (so before hours of training), no run folder, nothing uploaded."""
+    _, state = hub
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-tokens"))
+
+    def no_data(options: object) -> None:
+        raise AssertionError("the training data was read before the token was checked")
+
+    monkeypatch.setattr(train_module, "load_training_data", no_data)
+    run_dir = tmp_path / "run"
+    argv = ["train", "--max-steps", "2", "--output-dir", str(run_dir), "--push-to-hub", "me/tiny-en-de"]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("hf-vanilla-transformer train: error: `--push-to-hub`: no Hugging Face token found."), err
+    assert "Run `hf auth login`, or set HF_TOKEN" in err
+    assert not run_dir.exists() and state.commits == [] and state.repos == {}
+
+
 @pytest.mark.parametrize(
     ("remove", "message"),
     [
@@ -285,3 +310,17 @@ def test_config_without_auto_map_is_refused(hub, output_dir: Path) -> None:
     with pytest.raises(ValueError, match="has no auto_map"):
         push_folder_to_hub(output_dir, "me/tiny")
     assert hub[1].repos == {}
+
+
+def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_file(hub, tmp_path) -> None:
+    """`save_pretrained(dir, push_to_hub=True)` uploads what save_pretrained wrote before it returns: the pipeline
+    file must be among the code files it copies, not added afterwards (the config's module imports it relatively,
+    and transformers copies a custom model's relative imports). The upload holds every code file config.json names,
+    and `pipeline("translation", ..., trust_remote_code=True)` of the repository needs that file."""
+    _, state = hub
+    tiny_model().save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id="me/saved")
+    ((repo_id, branch, added, _),) = state.commits
+    assert (repo_id, branch) == ("me/saved", "main")
+    assert set(added) >= CODE_FILES | {"config.json", "model.safetensors"}, sorted(added)
+    assert set(added) == folder_files(tmp_path / "saved"), "the upload is the folder as save_pretrained left it"
+    check_config(state.files("me/saved")["config.json"])

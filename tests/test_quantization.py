@@ -7,9 +7,10 @@ import torch
 from torch import nn
 from torch.profiler import profile
 
-from hf_vanilla_transformer.inference import quantization
+from hf_vanilla_transformer.inference import evaluation, quantization
 from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_inference
-from hf_vanilla_transformer.inference.quantization import quantize_int8
+from hf_vanilla_transformer.inference.loading import load_model
+from hf_vanilla_transformer.inference.quantization import Int8Linear, quantize_int8
 
 from .conftest import random_batch, tiny_model, tiny_tokenizer
 from .test_cli import run
@@ -84,18 +85,49 @@ def folder(tmp_path_factory):
     return folder
 
 
-def test_translate_and_evaluate_with_int8(folder, capsys, tmp_path) -> None:
+def linear_kinds(model: nn.Module) -> set[str]:
+    """The classes of `model`'s linear layers: float (`nn.Linear` and its subclasses, `PackedLinear` included) or
+    int8 (`Int8Linear`)."""
+    return {type(module).__name__ for module in model.modules() if isinstance(module, (nn.Linear, Int8Linear))}
+
+
+def watch_decoding_models(monkeypatch) -> list[set[str]]:
+    """Each decoding call's `linear_kinds` (translate's and evaluate's), recorded in the returned list."""
+    seen = []
+    translate_n_best = evaluation.translate_n_best
+
+    def watch(model, *args, **kwargs):
+        seen.append(linear_kinds(model))
+        return translate_n_best(model, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "translate_n_best", watch)  # evaluate's decoding
+    monkeypatch.setattr("hf_vanilla_transformer.inference.translation.translate_n_best", watch)  # translate's
+    return seen
+
+
+def test_load_model_with_int8_quantizes_every_linear(folder) -> None:
+    """`load_model(int8=True)`, what `--int8` loads: every linear layer int8, none left in float32."""
+    assert linear_kinds(load_model(folder, device="cpu", int8=True)) == {"Int8Linear"}
+    assert "Int8Linear" not in linear_kinds(load_model(folder, device="cpu"))
+
+
+def test_translate_and_evaluate_with_int8(folder, capsys, tmp_path, monkeypatch) -> None:
+    """`--int8` decodes with the int8 model (every linear layer `Int8Linear`), and without it the float one."""
+    seen = watch_decoding_models(monkeypatch)
     sentences = ["w4 w5 w6", "w7 w8", "w9 w10 w11 w12"]
     argv = ["translate", str(folder), *sentences, "--num-beams", "1"]
     code, fp32, _ = run(argv, capsys)
     assert code == 0 and len(fp32.splitlines()) == 3
+    assert len(seen) == 1 and "Int8Linear" not in seen[0], seen
     code, int8, _ = run([*argv, "--int8"], capsys)
     assert code == 0 and len(int8.splitlines()) == 3
+    assert seen[1:] == [{"Int8Linear"}], seen
     (tmp_path / "src.txt").write_text("\n".join(sentences) + "\n")
     (tmp_path / "ref.txt").write_text(int8)  # the int8 translations as references: evaluate --int8 scores 100
     argv = ["evaluate", str(folder), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     code, out, _ = run([*argv, "--num-beams", "1", "--int8", "--no-progress"], capsys)
     assert code == 0 and out.startswith("BLEU 100.00"), out
+    assert seen[2:] == [{"Int8Linear"}], seen
 
 
 def test_the_translation_pipeline_takes_an_int8_model(folder) -> None:

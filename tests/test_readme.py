@@ -8,9 +8,10 @@ command that no rule below knows, fails the test: a new command needs a rule her
 How each command is checked:
 - `hf-vanilla-transformer ...` runs as written through the console script's `main`, in a scratch folder that stands
   in for the clone (its package folder, with the bundled data, linked in); `train` gets a tiny budget on top of the
-  README's options (2 updates on 300 pairs, a 400-token BPE, a test set of test_2016's first sentence, 4 dev
-  sentences; `--report-to tensorboard` must leave event files), so that the commands and the Python that follow it run
-  as written against a real trained run folder at `outputs/multi30k-en-de` (its model in `model/`).
+  README's options (2 updates on 300 pairs, a 400-token BPE, 4 dev sentences, the first sentence of its test set),
+  options that change no file it reads: the data files are the README's own, and each is in the languages of its
+  command. `--report-to tensorboard` must leave event files. So the commands and the Python that follow it run as
+  written against a real trained run folder at `outputs/multi30k-en-de` (its model in `model/`).
 - `make train` runs the Makefile's own `train` recipe (its `hf-vanilla-transformer` command plus `ARGS`) the same way.
 - The clone, the virtual environment, the `pip install` lines, `make setup` and `make test` are checked against
   pyproject.toml and the Makefile instead of run: they need a network, would rebuild the environment this test runs
@@ -24,7 +25,6 @@ the docs exists, LICENSE is the license pyproject.toml names, and CITATION.cff p
 
 from __future__ import annotations
 
-import gzip
 import re
 import shlex
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from hf_vanilla_transformer.cli import main
-from hf_vanilla_transformer.training.data import MULTI30K_DIR
+from hf_vanilla_transformer.training.options import TrainOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -109,8 +109,8 @@ def pinned_torch() -> str:
 class Session:
     """The state a reader's shell would have: the clone's folder (here a scratch folder) and what was printed."""
 
-    def __init__(self, folder: Path, test_set: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-        self.folder, self.test_set, self.capsys = folder, test_set, capsys
+    def __init__(self, folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.folder, self.capsys = folder, capsys
         self.clone: str | None = None
         self.printed = ""
 
@@ -174,12 +174,12 @@ class Session:
 
     def console_script(self, argv: list[str], where: str) -> None:
         if argv[:1] == ["train"]:
-            source, reference = self.test_set
+            check_data_languages(argv, where)
             # The README's job with a budget of 2 updates (the README's budget stays, so that the printed lines keep
-            # their form); a checkpoint after every update, so that there are two to average.
+            # their form); a checkpoint after every update, so that there are two to average. No option here names
+            # a file: the README's own data files are the ones read.
             argv = [*argv, "--max-time", "10m", "--max-steps", "2", "--max-train-pairs", "300", "--vocab-size", "400"]
-            argv += ["--max-tokens", "1024", "--save-every", "0.001", "--test-src", str(source)]
-            argv += ["--test-tgt", str(reference), "--no-progress"]
+            argv += ["--max-tokens", "1024", "--save-every", "0.001", "--test-max-sentences", "1", "--no-progress"]
             if "--valid-src" in argv or "--dataset" in argv:  # a dev set: score a few of its sentences, not 1,000
                 argv += ["--eval-max-sentences", "4"]
         try:
@@ -198,6 +198,19 @@ class Session:
             assert len(captured.out.splitlines()) == len(sentences), f"{where}: one line out per sentence"
 
 
+def check_data_languages(argv: list[str], where: str) -> None:
+    """Each data file of a `train` command (`--train-src X.en.gz` ...) is in the command's language for its side: the
+    bundled files are named `split.LANG.gz`."""
+    languages = {"src": TrainOptions.src_lang, "tgt": TrainOptions.tgt_lang}
+    for index, word in enumerate(argv[:-1]):
+        if match := re.fullmatch(r"--(src|tgt)-lang", word):
+            languages[match[1]] = argv[index + 1]
+    for index, word in enumerate(argv[:-1]):
+        if match := re.fullmatch(r"--(?:train|valid|test)-(src|tgt)", word):
+            language = languages[match[1]]
+            assert f".{language}." in Path(argv[index + 1]).name, f"{where}: {word} is not in {language}"
+
+
 def line_pattern(sample: str) -> re.Pattern[str]:
     """A printed line's sample as a pattern: any number for a number, anything for `…`."""
     parts = re.split(rf"(…|{NUMBER})", sample)
@@ -207,27 +220,14 @@ def line_pattern(sample: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-@pytest.fixture
-def test_set(tmp_path: Path) -> tuple[Path, Path]:
-    """The first sentence of Multi30k test_2016, the one the README's sample output shows."""
-    paths = []
-    for lang in ("en", "de"):
-        with gzip.open(MULTI30K_DIR / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as handle:
-            lines = [next(handle)]
-        path = tmp_path / f"test.{lang}"
-        path.write_text("".join(lines), encoding="utf-8")
-        paths.append(path)
-    return paths[0], paths[1]
-
-
-def test_readme_blocks_run_in_order(tmp_path: Path, test_set, capsys, monkeypatch) -> None:
+def test_readme_blocks_run_in_order(tmp_path: Path, capsys, monkeypatch) -> None:
     blocks = readme_blocks()
     assert {block.language for block in blocks} >= {"bash", "python"}, "README.md lost its code blocks"
     folder = tmp_path / "clone"
     folder.mkdir()
     (folder / "hf_vanilla_transformer").symlink_to(ROOT / "hf_vanilla_transformer")  # the clone's bundled data
     monkeypatch.chdir(folder)
-    session = Session(folder, test_set, capsys)
+    session = Session(folder, capsys)
     for block in blocks:
         if block.language == "bash":
             session.printed = ""

@@ -38,6 +38,7 @@ TRAINER_ARGUMENTS_OF_OPTIONS = {
     "max_time": "max_time",
     "save_every": "save_every",
     "bf16": "bf16",
+    "torch_compile": "torch_compile",
     "seed": "seed",
     "logging_steps": "logging_steps",
     "disable_tqdm": "progress=False",
@@ -132,8 +133,13 @@ class TrainOptions:
     sample of the pairs, data.tokenizer_sample).
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
-    `command`: the command line that started the run, recorded in results.json and the model card.
-    `license`: the Hub license id of the model card; None: the training data's own terms (Multi30k's), else none.
+    `command`: the command line that started the run, recorded in results.json and the model card with file names
+    for local paths (model_card.public_command: both are uploaded).
+    `license`: the Hub license id of the model card (model_card.HUB_LICENSES); None: the training data's own terms
+    (Multi30k's), else none; "other" with `license_name`, the terms' kebab-case name. `src_lang`/`tgt_lang` are
+    BCP-47 language tags as the Hub takes them (en, de, pt-BR, zh-Hant, eng). `check_report_values` checks them.
+    The test set is scored at the end on its first `test_max_sentences` pairs (None: all) with `test_num_beams`
+    beams (None: the model's own decoding, §6.1); the card says when either is set.
     `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
     private; the token and the connection are checked before training.
     Validation during training (with a dev set; docs/training.md): `eval_every` ("save" = at each checkpoint save,
@@ -186,6 +192,7 @@ class TrainOptions:
     grad_accum: int = 1
     seed: int = 1
     bf16: str = DEFAULT_RECIPE.bf16
+    torch_compile: str = DEFAULT_RECIPE.torch_compile
     attn_implementation: str | None = None
     max_time: float | None = DEFAULT_RECIPE.max_time
     epochs: int | None = DEFAULT_RECIPE.epochs
@@ -206,11 +213,14 @@ class TrainOptions:
     overwrite: bool = False
     evaluate: bool = True
     eval_batch_size: int = 64
+    test_max_sentences: int | None = None
+    test_num_beams: int | None = None
     examples: int = 5
     logging_steps: int = 50
     progress: bool = True
     command: str | None = None
     license: str | None = None
+    license_name: str | None = None
     decoder_start_embedding: str = "zero"
     push_to_hub: str | None = None
     private: bool = False
@@ -254,6 +264,40 @@ class TrainOptions:
         return 1.0 if self.schedule == "paper" else DEFAULT_RECIPE.lr
 
 
+def check_report_values(options: TrainOptions) -> None:
+    """The values of what the run reports, checked before any data is read: the test decoding's caps, and the
+    languages and license that the model card writes, as the Hub takes them (model_card's checks: a language tag
+    such as en or pt-BR, a Hub license id; never a line break, markup or a 5,000-character string in a card).
+    Without model_card (a missing extra) no card is written, and there is nothing to check."""
+    for name in ("test_max_sentences", "test_num_beams"):
+        value = getattr(options, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise OptionError(f"`{name}={value}` must be a positive whole number, or None for no cut.")
+    try:
+        from model_card import check_language, check_license
+    except ImportError:
+        return
+    try:
+        check_language(options.src_lang, "src_lang")
+        check_language(options.tgt_lang, "tgt_lang")
+        if options.license is not None or options.license_name is not None:
+            check_license(options.license, options.license_name)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+
+
+def recorded_command(options: TrainOptions) -> str | None:
+    """`command` as results.json records it: local paths cut to file names (model_card.public_command), since the
+    model folder, results.json with it, is what `push` uploads. Without model_card there is no upload: as given."""
+    if options.command is None:
+        return None
+    try:
+        from model_card import public_command
+    except ImportError:
+        return options.command
+    return public_command(options.command)
+
+
 def run_config(options: TrainOptions) -> dict[str, Any]:
     """The resolved configuration of a run as `train --config` reads it: every TrainOptions field that defines the
     run, then the Trainer arguments given (`trainer_args`), as one JSON object."""
@@ -292,7 +336,9 @@ __all__ = [
     "EvalSchedule",
     "TrainOptions",
     "TrainResult",
+    "check_report_values",
     "parse_duration",
     "parse_eval_every",
+    "recorded_command",
     "run_config",
 ]

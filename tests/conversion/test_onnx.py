@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime  # noqa: F401  the onnx extra, in dev (CI installs it): missing, every test here fails, none skips
+import onnxscript  # noqa: F401
 import pytest
 import torch
 from huggingface_hub import ModelCard
@@ -17,12 +19,10 @@ from conversion.__main__ import main
 from conversion.onnx import OnnxOptions, OnnxTranslator, decoding_note, verify
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.errors import OptionError
+from hf_vanilla_transformer.files import MANIFEST, write_manifest
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 
 from ..conftest import random_batch, tiny_model, tiny_tokenizer
-
-pytest.importorskip("onnxruntime")  # the onnx extra (in dev)
-pytest.importorskip("onnxscript")
 
 # Batches of right-padded rows of different lengths: (batch, source length, seed).
 BATCHES = [(4, 11, 1), (3, 5, 2), (1, 7, 3), (6, 14, 4)]
@@ -147,13 +147,16 @@ def test_command_refuses_to_write_above_the_tolerance(
     assert exit_info.value.code == 2
     assert "exceeds atol 0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    # The library call alike; an existing OUTPUT_DIR stays as it was, and no partial sibling is left.
+    # The library call alike; an existing OUTPUT_DIR (an export of its own) stays as it was, and no partial sibling
+    # is left.
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "mine.txt").write_text("kept")
+    (tmp_path / "out" / "encoder.onnx").write_text("kept")
+    write_manifest(tmp_path / "out", "model", ["encoder.onnx"])
     with pytest.raises(ValueError, match="exceeds atol 0"):
         onnx_export.convert(OnnxOptions(folder.parent / "model", tmp_path / "out", atol_fp32=0.0))
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
-    assert [path.name for path in (tmp_path / "out").iterdir()] == ["mine.txt"]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [MANIFEST, "encoder.onnx"]
+    assert (tmp_path / "out" / "encoder.onnx").read_text() == "kept"
 
 
 def test_too_long_input_is_one_clear_error(exported: tuple) -> None:
@@ -178,8 +181,8 @@ def test_bad_source_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_too_few_positions_are_refused_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(OptionError, match="`max_positions=1` must be at least 2"):
-        onnx_export.convert(OnnxOptions(tmp_path, tmp_path / "out", max_positions=1))
+        onnx_export.convert(OnnxOptions(tmp_path / "model", tmp_path / "out", max_positions=1))
     with pytest.raises(SystemExit):
-        main(["to-onnx", str(tmp_path), str(tmp_path / "out"), "--max-positions", "1"])
+        main(["to-onnx", str(tmp_path / "model"), str(tmp_path / "out"), "--max-positions", "1"])
     error = capsys.readouterr().err
     assert "error: `--max-positions 1` must be at least 2 (the start token and one more)" in error
