@@ -1,23 +1,36 @@
-"""Translating with a saved model folder (`translate`, `translate_stream`: the `translate` command) and scoring it on a
-test set (`evaluate`: the `evaluate` command), each from one typed options dataclass."""
+"""Translating with a saved model folder (`translate`, `translate_stream`: the `translate` command; `Translator`: a
+loaded model, e.g. a server's) and scoring it on a test set (`evaluate`: the `evaluate` command), each from one typed
+options dataclass.
+
+Beside the model's own decoding, the decoding modes of data work (docs/translation.md, "Decoding modes"): sampling
+(back-translation), a forced target prefix per line (post-editing, interactive MT), hard word alignments from the
+encoder-decoder attention, and scores per output."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging
 
 from ..errors import OptionError
 from ..files import existing_file, writable_file
-from .evaluation import Hypothesis, evaluate_translations, translate_n_best, write_results_json
+from . import evaluation
+from .attention_maps import eager_attention
+from .evaluation import evaluate_translations, translate_n_best, write_results_json
 from .loading import check_precisions, load_model, load_tokenizer, model_folder, trained_languages
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,11 +41,25 @@ class TranslateOptions:
     on every output, EOS included, beside the paper's per-source limit).
 
     `batch_size`: lines per chunk; `translate_stream` yields a chunk's translations once it is decoded.
-    `n_best`: None gives the best translation of each line; N gives the N best, each with its score (evaluation's
-    `Hypothesis`); more than one needs at least N beams. `device`: one of loading.DEVICES. `bf16`: decode under bf16
+    `n_best`: None gives the best translation of each line; N gives the N best, each with its score
+    (`Translation`); more than one needs at least N beams. `device`: one of loading.DEVICES. `bf16`: decode under bf16
     autocast (fast on GPUs and on CPUs with bf16 matrix units; CPUs without them emulate bf16 much slower than
     float32). `bf16_weights`: decode with the weights cast to bf16 (no autocast, every op in bf16): faster than
-    autocast on a CPU with bf16 units (docs/results.md, the decoding table), at the same BLEU there.
+    autocast on a CPU with bf16 matrix units (docs/results.md, the decoding table), at the same BLEU there.
+
+    Decoding modes (docs/translation.md, "Decoding modes"):
+    - `num_return_sequences`: N outputs per line (`n_best` is N with `scores`; pass one of the two); beam search
+      needs at least N beams, sampling with one beam draws N independent samples.
+    - `scores`: each output with its score, log P(Y | X) / lp(|Y|) (`Translation`).
+    - `sampling`: draw each output token from the model's distribution (transformers' `do_sample`) with one beam
+      unless `num_beams` is given; `top_k` (0, the default: no cut), `top_p` (in (0, 1]; default 1: no cut) and
+      `temperature` (> 0; default 1) shape that distribution. `seed`: the k-th `generate()` call of a run (0, 1, ...)
+      samples from `torch.manual_seed(seed + k)`, without changing the caller's random state; the same lines, options
+      and `batch_size` give the same outputs.
+    - `prefixes`: a forced target prefix for each of `sentences` ("" for none); `prefix_column`: each line is
+      `source<TAB>prefix` instead (no tab: no prefix). Every output of a line starts with its prefix; the length
+      limits (source + 50, `max_new_tokens`) count the tokens after it.
+    - `alignments`: each output with its hard word alignment (`Translation.alignment`).
     """
 
     model_dir: str | os.PathLike
@@ -48,19 +75,377 @@ class TranslateOptions:
     bf16: bool = False
     bf16_weights: bool = False
     int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
+    num_return_sequences: int | None = None
+    scores: bool = False
+    sampling: bool = False
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    prefixes: Sequence[str] = ()
+    prefix_column: bool = False
+    alignments: bool = False
 
 
-def _check_translate_options(options: TranslateOptions) -> None:
-    """One-line errors for values the command line's parser would have refused (library callers)."""
+class Translation(NamedTuple):
+    """One output for one input line: its detokenized `text` (starting with the line's prefix, if any); with `scores`
+    (or `n_best`) its `score`, log P(Y | X) / lp(|Y|) as evaluation's `Hypothesis` defines it, over the tokens after
+    the prefix (a sampled output's under the model's own distribution, not the top-k / top-p / temperature-shaped
+    one it was drawn from); with `alignments` its `alignment`: (source word, output word) index pairs, 0-based, one
+    per output word in output order, words being the white-space-separated pieces of the source line and of `text`
+    (`word_alignment`)."""
+
+    text: str
+    score: float | None = None
+    alignment: tuple[tuple[int, int], ...] | None = None
+
+
+_SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
+
+
+def check_translate_options(options: TranslateOptions, default_beams: int = 1) -> None:
+    """One-line errors for values the command line's parser would have refused (library callers) and for options
+    that contradict each other; `default_beams`: the model's own beam count (`num_beams` unless given)."""
     counts = (("batch_size", options.batch_size), ("num_beams", options.num_beams))
     counts += (("max_new_tokens", options.max_new_tokens), ("n_best", options.n_best))
+    counts += (("num_return_sequences", options.num_return_sequences),)
     for name, value in counts:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise OptionError(f"`{name}` must be a positive integer, got {value!r}.")
+    # Seeds below 2**63: the k-th generate() call uses seed + k, and torch takes seeds below 2**64.
+    for name, value, bound in (("top_k", options.top_k, ""), ("seed", options.seed, " below 2**63")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+            raise OptionError(f"`{name}` must be a non-negative integer{bound}, got {value!r}.")
+    top_p, temperature = options.top_p, options.temperature
+    for name, value in (("top_p", top_p), ("temperature", temperature)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise OptionError(f"`{name}` must be a number, got {value!r}.")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise OptionError(f"`top_p` must be a number in (0, 1] (1: no cut), got {top_p!r}.")
+    if temperature is not None and not 0 < temperature < math.inf:
+        raise OptionError(
+            f"`temperature` must be a positive number (1: the model's distribution), got {temperature!r}."
+        )
     penalty = options.length_penalty
     if penalty is not None and (isinstance(penalty, bool) or not math.isfinite(penalty)):
         raise OptionError(f"`length_penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
     check_precisions(options.bf16, options.int8, options.bf16_weights)
+    if not options.sampling:
+        for name in _SAMPLING_FIELDS:
+            if getattr(options, name) is not None:
+                raise OptionError(f"`{name}` applies to sampling only: pass `sampling` too, or drop `{name}`.")
+    if options.n_best is not None and options.num_return_sequences is not None:
+        raise OptionError(
+            "`n_best` N is `num_return_sequences` N with `scores`: pass one of `n_best` and `num_return_sequences`."
+        )
+    if options.prefixes and options.prefix_column:
+        raise OptionError("`prefixes` and `prefix_column` both give the prefixes: pass one of them.")
+    if options.prefixes and len(options.prefixes) != len(options.sentences):
+        raise OptionError(
+            f"`prefixes` has {len(options.prefixes)} lines, `sentences` {len(options.sentences)}: pass one prefix per "
+            "sentence (an empty one for none)."
+        )
+    name = "n_best" if options.n_best is not None else "num_return_sequences"
+    outputs, beams = options.n_best or options.num_return_sequences or 1, decoding_beams(options, default_beams)
+    if outputs > beams and not (options.sampling and beams == 1):
+        raise OptionError(
+            f"`{name}` {outputs} needs at least {outputs} beams, but the decoding has {beams} (`num_beams`, else the "
+            f"model's generation_config.json). Pass `num_beams={outputs}` or more, or a smaller `{name}`."
+        )
+    limit = options.max_input_tokens
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
+        raise OptionError(f"`max_input_tokens` must be an integer of at least 2 (a token and `</s>`), got {limit!r}.")
+
+
+def decoding_beams(options: TranslateOptions, default_beams: int = 1) -> int:
+    """The beam count the decoding uses: `num_beams`; else 1 for sampling (plain multinomial sampling, fairseq's
+    `--sampling` and Marian's `--output-sampling`), else the model's `default_beams`."""
+    if options.num_beams is not None:
+        return options.num_beams
+    return 1 if options.sampling else default_beams
+
+
+def generation_kwargs(options: TranslateOptions) -> dict[str, Any]:
+    """The `generate()` arguments of `options` (beside the model's generation config): those given, and for
+    sampling `do_sample`, one beam unless `num_beams`, and top-k / top-p / temperature with their neutral defaults
+    (so that a model's generation config, or transformers' top_k=50, does not shape the samples unasked)."""
+    kwargs: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("num_beams", options.num_beams),
+            ("length_penalty", options.length_penalty),
+            ("max_new_tokens", options.max_new_tokens),
+        )
+        if value is not None
+    }
+    if options.sampling:
+        kwargs |= {"do_sample": True, "num_beams": decoding_beams(options), "top_k": options.top_k or 0}
+        kwargs |= {"top_p": options.top_p or 1.0, "temperature": options.temperature or 1.0}
+    return kwargs
+
+
+def token_words(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """The word of `text` (its white-space-separated pieces, 0-based) that each token, given by its character span
+    (start, end) in `text`, belongs to: the word of its first non-space character; a token of spaces only (a
+    word-start marker such as SentencePiece's ▁ alone) belongs to the next word; an empty span (a byte of a character
+    that a later token completes) to the previous token's word, or the next word for a first token. -1: no word."""
+    word_at = [-1] * len(text)
+    for word, match in enumerate(re.finditer(r"\S+", text)):
+        word_at[match.start() : match.end()] = [word] * (match.end() - match.start())
+    next_word = [-1] * (len(text) + 1)  # the word of the first non-space character at or after each position
+    for position in range(len(text) - 1, -1, -1):
+        next_word[position] = word_at[position] if word_at[position] >= 0 else next_word[position + 1]
+    words, previous = [], -1
+    for start, end in spans:
+        start, end = min(start, len(text)), min(end, len(text))
+        word = previous if start >= end and previous >= 0 else next_word[start]
+        words.append(word)
+        previous = word if word >= 0 else previous
+    return words
+
+
+def word_alignment(
+    attention: torch.Tensor, source_words: Sequence[int], target_words: Sequence[int]
+) -> tuple[tuple[int, int], ...]:
+    """Hard word alignment from one token-level attention map: `attention` (T, S), row t the distribution of output
+    token t over the source tokens; `source_words` (S) and `target_words` (T) each token's word (-1: none, such as
+    </s> or padding). A source word's weight for an output token is the attention mass on its tokens (their sum);
+    an output word takes the mean of its tokens' weights and is aligned to the source word of the largest (the
+    first on a tie). Returns (source word, output word) pairs, in output word order; none without words."""
+    source = torch.tensor(source_words, dtype=torch.long)
+    target = torch.tensor(target_words, dtype=torch.long)
+    kept_source, kept_target = source >= 0, target >= 0
+    if not kept_source.any() or not kept_target.any():
+        return ()
+    attention = attention.float()[kept_target][:, kept_source]
+    source, target = source[kept_source], target[kept_target]
+    mass = attention.new_zeros(len(target), int(source.max()) + 1).index_add_(1, source, attention)
+    # Summed over an output word's tokens: the same argmax as their mean, since each word's row has one divisor.
+    weights = mass.new_zeros(int(target.max()) + 1, mass.shape[1]).index_add_(0, target, mass)
+    present = torch.bincount(target, minlength=weights.shape[0]) > 0
+    best = weights.argmax(-1).tolist()
+    return tuple((best[word], word) for word in range(weights.shape[0]) if present[word])
+
+
+def pharaoh(alignment: Iterable[tuple[int, int]]) -> str:
+    """An alignment in the Pharaoh format of fairseq's --print-alignment and Marian's --alignment: `i-j` pairs
+    (source word i, output word j, 0-based) joined by spaces."""
+    return " ".join(f"{source}-{target}" for source, target in alignment)
+
+
+def _decoder_start(model: PreTrainedModel) -> int:
+    start = model.generation_config.decoder_start_token_id
+    return model.config.decoder_start_token_id if start is None else start
+
+
+class Translator:
+    """The decoding of `options` with a loaded `model` and its `tokenizer`: `translate(sources, prefixes)` decodes a
+    batch of lines (in `options.batch_size` batches). `translate_stream` makes one per run; a server can make one per
+    request with that request's options (cheap: `model_dir` and the loading fields of `options` are not read here).
+    The k-th `generate()` call of one Translator samples from `torch.manual_seed(seed + k)`."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, options: TranslateOptions) -> None:
+        check_translate_options(options, model.generation_config.num_beams or 1)
+        bf16 = "bf16" if options.bf16 else "bf16_weights" if options.bf16_weights else None
+        if bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise OptionError(f"`{bf16}`: this GPU has no bf16 support. Drop `{bf16}`.")
+        if options.alignments and not tokenizer.is_fast:
+            raise OptionError(
+                "`alignments` map source tokens to words by their character offsets, which only a fast tokenizer "
+                "(tokenizer.json) gives, and this folder's tokenizer is slow. Drop `alignments`."
+            )
+        self.model, self.tokenizer, self.options = model, tokenizer, options
+        self.outputs = options.n_best or options.num_return_sequences or 1
+        self.scores = options.scores or options.n_best is not None
+        self.generation_kwargs = generation_kwargs(options)
+        self._seeds = itertools.count(options.seed) if options.seed is not None else None
+
+    def translate(self, sources: Sequence[str], prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+        """The outputs of each of `sources`, in input order: `outputs` of them (best first for beam search, in drawing
+        order for sampling); [] for a blank (empty or white-space) line, which is not decoded. `prefixes`: the
+        forced target prefix of each source ("" for none)."""
+        if prefixes is not None and len(prefixes) != len(sources):
+            raise OptionError(
+                f"`prefixes` has {len(prefixes)} lines, `sources` {len(sources)}: pass one prefix per source (an "
+                "empty one for none)."
+            )
+        lines = [index for index, source in enumerate(sources) if source.strip()]
+        kept = [sources[index] for index in lines]
+        kept_prefixes = [prefixes[index] if prefixes is not None else "" for index in lines]
+        results: list[list[Translation]] = [[] for _ in sources]
+        if not lines:
+            return results
+        # Autocast per call, never across a caller's yield: its state would leak into the caller's code.
+        with torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.options.bf16):
+            if self.options.sampling or self.options.alignments or any(kept_prefixes):
+                decoded = self._decode(kept, kept_prefixes)
+            else:  # the model's own decoding, as `evaluate` runs it
+                hypotheses = translate_n_best(
+                    self.model,
+                    self.tokenizer,
+                    kept,
+                    self.options.batch_size,
+                    self.generation_kwargs,
+                    progress=False,
+                    max_input_tokens=self.options.max_input_tokens,
+                    n_best=self.outputs,
+                    scores=self.scores,
+                )
+                decoded = [[Translation(text, score) for text, score in line] for line in hypotheses]
+        for index, translations in zip(lines, decoded, strict=True):
+            results[index] = translations
+        return results
+
+    def _decode(self, sources: list[str], prefixes: list[str]) -> list[list[Translation]]:
+        """`translate` for the decoding modes: `generate()` per batch of lines, each batch's prefixes as its
+        `decoder_input_ids`."""
+        tokenizer, batch_size = self.tokenizer, self.options.batch_size
+        # A tokenizer saved without a limit reports transformers' VERY_LARGE_INTEGER (1e30): no cut then.
+        limit = self.options.max_input_tokens or min(tokenizer.model_max_length, 2**31 - 1)
+        lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+        cut = [length for length in lengths if length > limit]
+        if cut:
+            logger.warning(
+                f"{len(cut)} of {len(sources)} sources are longer than {limit} tokens (the longest has {max(cut)}) "
+                f"and are cut to {limit}: their translations cover only the start. Split long lines into sentences, "
+                f"or raise the limit (`max_input_tokens`)."
+            )
+        prefix_ids = tokenizer(text_target=prefixes, add_special_tokens=False)["input_ids"]
+        # The decoder numbers positions from its first token and has no padding mask for a prompt, so prompts of
+        # different lengths cannot share a batch: batches of one prefix length, longest sources first.
+        order = sorted(range(len(sources)), key=lambda index: (len(prefix_ids[index]), -lengths[index]))
+        results: list[list[Translation]] = [[] for _ in sources]
+        for _, group in itertools.groupby(order, key=lambda index: len(prefix_ids[index])):
+            rows = list(group)
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start : start + batch_size]
+                decoded = self._generate([sources[i] for i in batch], [prefix_ids[i] for i in batch], limit)
+                for index, translations in zip(batch, decoded, strict=True):
+                    results[index] = translations
+        return results
+
+    def _generate(self, sources: list[str], prefix_ids: list[list[int]], limit: int) -> list[list[Translation]]:
+        """One `generate()` call for `sources`, whose prefixes have one length; then, for sampled scores or
+        alignments, one teacher-forced pass over the outputs."""
+        model, tokenizer, options = self.model, self.tokenizer, self.options
+        encoded = tokenizer(
+            sources,
+            padding=True,
+            truncation=True,
+            max_length=limit,
+            return_tensors="pt",
+            return_offsets_mapping=options.alignments,
+        )
+        offsets = encoded.pop("offset_mapping", None)
+        inputs = {name: encoded[name].to(model.device) for name in ("input_ids", "attention_mask")}
+        kwargs = dict(self.generation_kwargs)
+        if self.outputs > 1:
+            kwargs["num_return_sequences"] = self.outputs
+        searched_scores = self.scores and not options.sampling
+        if searched_scores:
+            kwargs |= {"return_dict_in_generate": True, "output_scores": True}
+        prefix_length = len(prefix_ids[0])
+        if prefix_length:
+            prompts = [[_decoder_start(model), *ids] for ids in prefix_ids]
+            kwargs["decoder_input_ids"] = torch.tensor(prompts, device=model.device)
+        model.eval()
+        with torch.inference_mode():
+            with self._seeded():
+                output = model.generate(**inputs, **kwargs)
+            sequences = output.sequences if searched_scores else output
+            scores = evaluation._sequence_scores(model, output, kwargs).tolist() if searched_scores else None
+            cross = None
+            if options.alignments or (self.scores and options.sampling):
+                scores, cross = self._teacher_forced(inputs, sequences, prefix_length, kwargs, scores)
+        copies = sequences.shape[0] // len(sources)  # generate's rows: the outputs of each source in turn
+        specials = set(tokenizer.all_special_ids)
+        results: list[list[Translation]] = [[] for _ in sources]
+        for row, ids in enumerate(sequences[:, 1:].tolist()):  # the tokens after the decoder start token
+            source = row // copies
+            kept = [position for position, token in enumerate(ids) if token not in specials]
+            text = tokenizer.decode([ids[position] for position in kept], clean_up_tokenization_spaces=False)
+            alignment = None
+            if cross is not None:
+                mask = encoded["attention_mask"][source].tolist()
+                source_words = self._source_words(sources[source], offsets[source].tolist(), mask)
+                alignment = word_alignment(cross[row], source_words, self._output_words(text, ids, kept))
+            results[source].append(Translation(text.strip(), scores[row] if scores is not None else None, alignment))
+        return results
+
+    def _teacher_forced(
+        self,
+        inputs: dict[str, torch.Tensor],
+        sequences: torch.Tensor,
+        prefix_length: int,
+        kwargs: dict[str, Any],
+        scores: list[float] | None,
+    ) -> tuple[list[float] | None, torch.Tensor | None]:
+        """The model run again on its outputs (rows of `sequences`, each source's outputs in turn): with sampling and
+        `scores`, the outputs' scores under the model's own distribution (the formula of beam search's scores over
+        the steps after the prompt); with `alignments`, the encoder-decoder attention (rows, T - 1, S) of the last
+        layer, averaged over its heads (fairseq's --print-alignment default), row t the query that predicts the
+        output's token t + 1."""
+        model, alignments = self.model, self.options.alignments
+        copies = sequences.shape[0] // inputs["input_ids"].shape[0]
+        repeated = {name: tensor.repeat_interleave(copies, dim=0) for name, tensor in inputs.items()}
+        with eager_attention(model) if alignments else contextlib.nullcontext():
+            output = model(**repeated, decoder_input_ids=sequences[:, :-1], output_attentions=alignments)
+        if self.scores and self.options.sampling:
+            steps = output.logits[:, prefix_length:].float()  # the positions that predict the generated tokens
+            forced = SimpleNamespace(sequences=sequences, scores=tuple(steps.unbind(1)))
+            scores = evaluation._sequence_scores(model, forced, kwargs).tolist()
+        cross = output.cross_attentions[-1].float().mean(1) if alignments else None  # (rows, H, T - 1, S) -> mean
+        return scores, cross
+
+    @staticmethod
+    def _source_words(text: str, offsets: list[list[int]], mask: list[int]) -> list[int]:
+        """Each source token's word in `text` (`token_words`, by the tokenizer's character offsets); -1 for padding
+        and added special tokens (an empty span, such as </s>)."""
+        tokens = [
+            index
+            for index, ((start, end), attended) in enumerate(zip(offsets, mask, strict=True))
+            if attended and start < end
+        ]
+        words = [-1] * len(offsets)
+        for index, word in zip(tokens, token_words(text, [tuple(offsets[i]) for i in tokens]), strict=True):
+            words[index] = word
+        return words
+
+    def _output_words(self, text: str, ids: list[int], kept: list[int]) -> list[int]:
+        """Each output token's word in `text`, the decoding of the tokens at `kept` (the others, special tokens, get
+        -1): a token spans the characters its decoding adds to that of the tokens before it."""
+        pieces = [ids[position] for position in kept]
+        ends = [
+            len(self.tokenizer.decode(pieces[:count], clean_up_tokenization_spaces=False))
+            for count in range(len(pieces) + 1)
+        ]
+        words = [-1] * len(ids)
+        for position, word in zip(kept, token_words(text, list(itertools.pairwise(ends))), strict=True):
+            words[position] = word
+        return words
+
+    @contextlib.contextmanager
+    def _seeded(self) -> Iterator[None]:
+        """With a `seed`: the block samples from the next seed, and the caller's random state is restored after."""
+        if self._seeds is None:
+            yield
+            return
+        device = self.model.device
+        devices = (
+            [device.index if device.index is not None else torch.cuda.current_device()]
+            if device.type == "cuda"
+            else []
+        )
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(next(self._seeds))
+            yield
+
+
+def _default_beams(model_dir: Path) -> int:
+    """The model's own beam count, from its generation_config.json (read alone, before the model loads), else 1."""
+    if (model_dir / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(model_dir).num_beams or 1
+    return 1
 
 
 def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
@@ -76,89 +461,79 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _beams(options: TranslateOptions, model_dir: Path) -> int:
-    """The beam count of the decoding: `num_beams`, else the model's generation_config.json (read alone, before the
-    model loads), else 1."""
-    if options.num_beams is not None:
-        return options.num_beams
-    if (model_dir / "generation_config.json").is_file():
-        return GenerationConfig.from_pretrained(model_dir).num_beams or 1
-    return 1
-
-
-def translate_stream(options: TranslateOptions, lines: Iterable[str] | None = None) -> Iterator[list[Hypothesis]]:
-    """Translate `lines` (default: `options.sentences`), read lazily in chunks of at most `options.batch_size`
-    (`_chunks`): for each line, in order, its hypotheses (one, or `n_best` best first with scores), yielded as soon
-    as its chunk is decoded, so that a line read from a pipe is translated before the pipe closes. A blank (empty
-    or white-space) line is not sent to the model and yields an empty list. The model loads at the first `next()`."""
-    _check_translate_options(options)
+def translate_stream(
+    options: TranslateOptions, lines: Iterable[str] | None = None, prefixes: Iterable[str] | None = None
+) -> Iterator[list[Translation]]:
+    """Translate `lines` (default: `options.sentences`, with `options.prefixes`), read lazily in chunks of at most
+    `options.batch_size` (`_chunks`): for each line, in order, its outputs (`Translator.translate`), yielded as soon
+    as its chunk is decoded, so that a line read from a pipe is translated before the pipe closes. `prefixes`: the
+    forced target prefix of each line ("" for none), read along with the lines; with `options.prefix_column` each
+    line is `source<TAB>prefix` instead. A blank source yields an empty list. The model loads at the first `next()`."""
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
-    n_best = options.n_best or 1
-    beams = _beams(options, model_dir)
-    if n_best > beams:
+    check_translate_options(options, _default_beams(model_dir))
+    if lines is None:
+        lines, prefixes = options.sentences, options.prefixes or prefixes
+    if prefixes is not None and options.prefix_column:
+        raise OptionError("`prefixes` and `prefix_column` both give the prefixes: pass one of them.")
+    if isinstance(lines, Sequence) and isinstance(prefixes, Sequence) and len(lines) != len(prefixes):
         raise OptionError(
-            f"`n_best` {n_best} needs at least {n_best} beams, but the decoding has {beams} (`num_beams`, else the "
-            f"model's generation_config.json). Pass `num_beams={n_best}` or more, or a smaller `n_best`."
+            f"`prefixes` has {len(prefixes)} lines, the input {len(lines)}: pass one prefix per input line (an empty "
+            "one for none)."
         )
     model = load_model(model_dir, options.trust_remote_code, options.device, options.int8, options.bf16_weights)
-    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
-    bf16 = "bf16" if options.bf16 else "bf16_weights" if options.bf16_weights else None
-    if bf16 and model.device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise OptionError(f"`{bf16}`: this GPU has no bf16 support. Drop `{bf16}`.")
-    generation_kwargs = {
-        name: value
-        for name, value in (
-            ("num_beams", options.num_beams),
-            ("length_penalty", options.length_penalty),
-            ("max_new_tokens", options.max_new_tokens),
-        )
-        if value is not None
-    }
-    for chunk in _chunks(iter(options.sentences if lines is None else lines), options.batch_size):
-        sources = [line for line in chunk if line.strip()]
-        # Autocast per chunk, never across a yield: its state would leak into the caller's code between chunks.
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=options.bf16):
-            translated = iter(
-                translate_n_best(
-                    model,
-                    tokenizer,
-                    sources,
-                    options.batch_size,
-                    generation_kwargs,
-                    progress=False,
-                    max_input_tokens=options.max_input_tokens,
-                    n_best=n_best,
-                    scores=options.n_best is not None,
-                )
-                if sources
-                else []
+    translator = Translator(model, load_tokenizer(model_dir, options.trust_remote_code), options)
+    prefix_lines, count = (iter(prefixes) if prefixes is not None else None), 0
+    for chunk in _chunks(iter(lines), options.batch_size):
+        count += len(chunk)
+        chunk_prefixes: list[str] | None = None
+        if options.prefix_column:
+            chunk, chunk_prefixes = (
+                [line.partition("\t")[0] for line in chunk],
+                [line.partition("\t")[2] for line in chunk],
             )
-        for line in chunk:
-            yield next(translated) if line.strip() else []
+        elif prefix_lines is not None:
+            chunk_prefixes = list(itertools.islice(prefix_lines, len(chunk)))
+            if len(chunk_prefixes) < len(chunk):
+                raise OptionError(
+                    f"`prefixes` ended before input line {count - len(chunk) + len(chunk_prefixes) + 1}: pass one "
+                    "prefix per input line (an empty one for none)."
+                )
+        yield from translator.translate(chunk, chunk_prefixes)
+    if prefix_lines is not None and next(prefix_lines, None) is not None:
+        raise OptionError(
+            f"`prefixes` has more lines than the {count} input lines: pass one prefix per input line (an empty one "
+            "for none)."
+        )
 
 
-# Only "\n" (and "\r\n") end a line of the input (data.decode_lines) and "\t" separates the n-best columns.
+# Only "\n" (and "\r\n") end a line of the input (data.decode_lines) and "\t" separates the output's columns.
 _ONE_FIELD = str.maketrans("\t\r\n", "   ")
 
 
-def translation_line(hypotheses: list[Hypothesis]) -> str:
-    """One output line for one input line, as `translate` prints it: the translation; or, for hypotheses with
-    scores (`n_best`), `translation<TAB>score` pairs joined by tabs, best first (so `cut -f1` gives the best
-    translation); an empty line for a blank input line. Tabs and line breaks inside a translation become spaces,
-    so that columns and lines stay aligned with the input."""
-    texts = [hypothesis.text.translate(_ONE_FIELD) for hypothesis in hypotheses]
-    if all(hypothesis.score is None for hypothesis in hypotheses):
-        return texts[0] if texts else ""
-    return "\t".join(f"{text}\t{hypothesis.score:.4f}" for text, hypothesis in zip(texts, hypotheses, strict=True))
+def translation_line(translations: Sequence[Translation]) -> str:
+    """One output line for one input line, as `translate` prints it: for each output (one, or N best first / in
+    drawing order), its translation, then its alignment in the Pharaoh format (`pharaoh`) when it has one, then its
+    score (4 decimals) when it has one, all joined by tabs (so `cut -f1` gives the first translation); an empty line
+    for a blank input line. Tabs and line breaks inside a translation become spaces, so that columns and lines stay
+    aligned with the input."""
+    fields = []
+    for translation in translations:
+        fields.append(translation.text.translate(_ONE_FIELD))
+        if translation.alignment is not None:
+            fields.append(pharaoh(translation.alignment))
+        if translation.score is not None:
+            fields.append(f"{translation.score:.4f}")
+    return "\t".join(fields)
 
 
 def translate(options: TranslateOptions) -> list[str]:
-    """The best translation of each of `options.sentences`, in input order ("" for a blank line); sources longer
-    than `max_input_tokens` (default: the tokenizer's limit) are cut, with one warning per chunk that counts them."""
+    """The best (or first) translation of each of `options.sentences`, in input order ("" for a blank line); sources
+    longer than `max_input_tokens` (default: the tokenizer's limit) are cut, with one warning per chunk that counts
+    them."""
     model_folder(options.model_dir, options.trust_remote_code)
     if not options.sentences:
         raise OptionError("Nothing to translate: `sentences` is empty. Pass the sentences to translate.")
-    return [hypotheses[0].text if hypotheses else "" for hypotheses in translate_stream(options)]
+    return [translations[0].text if translations else "" for translations in translate_stream(options)]
 
 
 @dataclass(frozen=True)
@@ -192,6 +567,9 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
     if (options.src is None) != (options.ref is None):
         raise OptionError("`src` and `ref` go together; pass both files or neither.")
+    if options.output is not None:  # checked before the data is read and decoded, which can take long
+        inputs = [("model_dir", options.model_dir), ("src", options.src), ("ref", options.ref)]
+        writable_file(options.output, "output", "JSON", "scores.json", inputs)
     if options.src is not None:
         sources = read_lines(existing_file(options.src, "src"))
         references = read_lines(existing_file(options.ref, "ref"))
@@ -199,8 +577,6 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
         pairs = load_multi30k(src_lang, tgt_lang, splits=(options.split,))[options.split]
         sources, references = list(pairs["source"]), list(pairs["target"])
-    if options.output is not None:  # checked before decoding, which can take long
-        writable_file(options.output, "output", "JSON", "scores.json")
     model = load_model(model_dir, options.trust_remote_code, int8=options.int8, bf16_weights=options.bf16_weights)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(
@@ -221,8 +597,16 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
 __all__ = [
     "EvaluateOptions",
     "TranslateOptions",
+    "Translation",
+    "Translator",
+    "check_translate_options",
+    "decoding_beams",
     "evaluate",
+    "generation_kwargs",
+    "pharaoh",
+    "token_words",
     "translate",
     "translate_stream",
     "translation_line",
+    "word_alignment",
 ]
