@@ -38,6 +38,7 @@ from transformers import GenerationConfig, MarianMTModel
 from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory, prepare_for_cpu_inference
+from hf_vanilla_transformer.training.compiling import compile_counts, compile_failure
 from hf_vanilla_transformer.training.trainer import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
@@ -47,6 +48,8 @@ CONFIGS: dict[str, dict[str, int]] = {
     "base": dict(vocab_size=37000, d_model=512, layers=6, heads=8, ffn=2048),
 }
 MODELS = ("ours", "marian")
+# Training steps eager and compiled (torch.compile, inductor), where compiling works here (--no-compile; set in main).
+MODES: tuple[str, ...] = ("eager", "compiled")
 DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
 # Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md).
@@ -415,12 +418,26 @@ def check_same_function(size: dict[str, int], batch: Batch) -> float:
 
 
 def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup: int) -> dict[str, Any]:
-    """Training steps of both models in fp32 and bf16 autocast, interleaved with the GEMM suites."""
+    """Training steps of both models in fp32 and bf16 autocast, eager and (where inductor works, `COMPILE`) under
+    `torch.compile` (what `train --torch-compile` and the Trainer's `torch_compile=True` do), interleaved with the
+    GEMM suites. A compiled model's first call over the batches (the compile and its recompile: the batches have
+    four shapes) is timed apart, then the warm-up and timed reps run as for eager models."""
     fns: dict[str, Callable[[], Any]] = {}
+    first_call: dict[str, float] = {}
+    graphs: dict[str, int] = {}
     for dtype in DTYPES:
-        models = build_models(size)
-        for name in MODELS:
-            fns[f"{name}/{dtype}"] = train_steps(models[name], batches, dtype)
+        for mode in MODES:
+            models = build_models(size)
+            for name in MODELS:
+                model = torch.compile(models[name]) if mode == "compiled" else models[name]
+                key = f"{name}/{dtype}" if mode == "eager" else f"{name}_compiled/{dtype}"
+                fns[key] = train_steps(model, batches, dtype)
+                if mode == "compiled":
+                    before, start = compile_counts()[0], time.perf_counter()
+                    fns[key]()
+                    first_call[key] = time.perf_counter() - start
+                    graphs[key] = compile_counts()[0] - before
+                    print(f"  {key}: first call (compiling) {first_call[key]:.0f} s, {graphs[key]} graphs", flush=True)
         fns[f"gemm/{dtype}"] = gemm_suite(size, dtype)
     times, values, cpu = interleaved(fns, reps, warmup)
     rates = {
@@ -429,12 +446,13 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
     }
     tokens = sum(b.target_tokens for b in batches)
     flops = sum(train_flops(size, b.input_ids.shape[0], b.input_ids.shape[1], b.labels.shape[1]) for b in batches)
-    result: dict[str, Any] = {"target_tokens": tokens, "flops": flops, "batches": len(batches)}
+    result: dict[str, Any] = {"target_tokens": tokens, "flops": flops, "batches": len(batches), "modes": MODES}
+    names = [*MODELS, *(f"{name}_compiled" for name in MODELS if "compiled" in MODES)]
     for dtype in DTYPES:
         ceiling_per_shape = {shape: summary(values) for shape, values in rates[dtype].items()}
         ceiling = max(s["median"] for s in ceiling_per_shape.values())
         result[dtype] = {"gemm_flops_per_s": ceiling_per_shape, "gemm_ceiling": ceiling}
-        for name in MODELS:
+        for name in names:
             seconds = times[f"{name}/{dtype}"]
             result[dtype][name] = {
                 "seconds": summary(seconds),
@@ -443,9 +461,19 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
                 "achieved_flops_per_s": flops / statistics.median(seconds),
                 "fraction_of_gemm_ceiling": flops / statistics.median(seconds) / ceiling,
             }
-        result[dtype]["ratio_ours_over_marian"] = paired_ratio(
-            [tokens / s for s in times[f"ours/{dtype}"]], [tokens / s for s in times[f"marian/{dtype}"]]
-        )
+            if f"{name}/{dtype}" in first_call:
+                result[dtype][name]["first_call_seconds"] = first_call[f"{name}/{dtype}"]
+                result[dtype][name]["graphs"] = graphs[f"{name}/{dtype}"]
+
+        def ratio(numerator: str, denominator: str, dtype: str = dtype) -> dict[str, float]:
+            return paired_ratio(times[f"{denominator}/{dtype}"], times[f"{numerator}/{dtype}"])  # speed ratio
+
+        result[dtype]["ratio_ours_over_marian"] = ratio("ours", "marian")
+        if "compiled" in MODES:
+            for name in MODELS:
+                result[dtype][f"ratio_{name}_compiled_over_{name}"] = ratio(f"{name}_compiled", name)
+            result[dtype]["ratio_ours_compiled_over_marian_compiled"] = ratio("ours_compiled", "marian_compiled")
+            result[dtype]["ratio_ours_compiled_over_marian"] = ratio("ours_compiled", "marian")
     if "bf16" in DTYPES:
         for name in MODELS:
             result[f"{name}_bf16_over_fp32"] = paired_ratio(times[f"{name}/fp32"], times[f"{name}/bf16"])
@@ -833,9 +861,9 @@ def memory_worker(config: str, name: str, dtype: str) -> dict[str, float]:
     size = CONFIGS[config]
     batches = bench_batches(size["vocab_size"])
     torch.manual_seed(0)
-    model = prepare(build_ours(size) if name == "ours" else build_marian(size))
-    step = train_steps(model, batches, dtype)
-    step()  # warm-up: optimizer state, allocator pools, lazily built tables
+    model = prepare(build_ours(size) if name.startswith("ours") else build_marian(size))
+    step = train_steps(torch.compile(model) if name.endswith("_compiled") else model, batches, dtype)
+    step()  # warm-up: optimizer state, allocator pools, lazily built tables, compiling
     rss_before = _status_kb("VmRSS")
     reset = _reset_peak_rss()
     step()
@@ -891,7 +919,8 @@ def section_memory(config: str, rounds: int) -> dict[str, Any]:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0", MALLOC_TOP_PAD_="0")
     runs: dict[str, list[dict[str, float]]] = {}
     for round_ in range(rounds):
-        jobs = [(name, dtype) for dtype in DTYPES for name in MODELS]
+        names = [*MODELS, *(f"{name}_compiled" for name in MODELS if "compiled" in MODES)]
+        jobs = [(name, dtype) for dtype in DTYPES for name in names]
         for name, dtype in jobs if round_ % 2 == 0 else reversed(jobs):
             command = [sys.executable, "-m", "bench.bench", "--config", config, "--attn-implementation", ATTENTION]
             command += ["--memory-worker", name, dtype]
@@ -902,9 +931,11 @@ def section_memory(config: str, rounds: int) -> dict[str, Any]:
         result[key] = {field: summary([v[field] for v in values]) for field in values[0] if field != "peak_was_reset"}
         result[key]["peak_was_reset"] = all(v["peak_was_reset"] for v in values)
     for dtype in DTYPES:
-        result[f"ratio_ours_over_marian/{dtype}"] = (
-            result[f"ours/{dtype}"]["peak_rss_mb"]["median"] / result[f"marian/{dtype}"]["peak_rss_mb"]["median"]
-        )
+        for suffix in ("", "_compiled") if "compiled" in MODES else ("",):
+            result[f"ratio_ours{suffix}_over_marian{suffix}/{dtype}"] = (
+                result[f"ours{suffix}/{dtype}"]["peak_rss_mb"]["median"]
+                / result[f"marian{suffix}/{dtype}"]["peak_rss_mb"]["median"]
+            )
     return result
 
 
@@ -1016,6 +1047,29 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{row['marian']['achieved_flops_per_s'] / 1e9:.0f} GFLOP/s = "
                 f"{100 * row['marian']['fraction_of_gemm_ceiling']:.0f}% | |"
             )
+        for dtype in DTYPES:
+            row = train[dtype]
+            if "ours_compiled" not in row:
+                continue
+            print(
+                f"| train step {dtype} compiled, target tok/s | {fmt(row['ours_compiled']['target_tokens_per_s'])} | "
+                f"{fmt(row['marian_compiled']['target_tokens_per_s'])} | "
+                f"{fmt(row['ratio_ours_compiled_over_marian_compiled'], digits=3)} |"
+            )
+            print(
+                f"| train {dtype}: compiled / eager speed-up | "
+                f"{fmt(row['ratio_ours_compiled_over_ours'], digits=3)} | "
+                f"{fmt(row['ratio_marian_compiled_over_marian'], digits=3)} | |"
+            )
+            print(
+                f"| train {dtype}: ours compiled / Marian eager | | | "
+                f"{fmt(row['ratio_ours_compiled_over_marian'], digits=3)} |"
+            )
+            print(
+                f"| train {dtype} compiled: first call (compiling), s | "
+                f"{row['ours_compiled']['first_call_seconds']:.0f} ({row['ours_compiled']['graphs']} graphs) | "
+                f"{row['marian_compiled']['first_call_seconds']:.0f} ({row['marian_compiled']['graphs']} graphs) | |"
+            )
         if "ours_bf16_over_fp32" in train:
             print(
                 f"| train bf16 / fp32 speed-up | {fmt(train['ours_bf16_over_fp32'], digits=2)} | "
@@ -1053,6 +1107,13 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{fmt(memory[f'marian/{dtype}']['peak_rss_mb'])} | "
                 f"{1 / memory[f'ratio_ours_over_marian/{dtype}']:.3f} |"
             )
+            if f"ours_compiled/{dtype}" in memory:
+                print(
+                    f"| peak {memory_kind} of training steps {dtype} compiled, MB | "
+                    f"{fmt(memory[f'ours_compiled/{dtype}']['peak_rss_mb'])} | "
+                    f"{fmt(memory[f'marian_compiled/{dtype}']['peak_rss_mb'])} | "
+                    f"{1 / memory[f'ratio_ours_compiled_over_marian_compiled/{dtype}']:.3f} |"
+                )
     if "loss_curve" in results:
         curve = results["loss_curve"]
         print(
@@ -1111,6 +1172,11 @@ def main(argv: list[str] | None = None) -> None:
         help="keep: glibc's malloc keeps freed memory (cpu_inference.keep_freed_memory, as `translate` and `evaluate` "
         "set it) for ours and Marian alike; default: glibc's defaults. CTranslate2 runs in its own process as it is",
     )
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="train and memory sections: eager only (by default also under torch.compile, where inductor works)",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
@@ -1118,7 +1184,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
-    global DEVICE, ATTENTION, DTYPES
+    global DEVICE, ATTENTION, DTYPES, MODES
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
     torch.set_num_threads(args.threads)
@@ -1136,6 +1202,10 @@ def main(argv: list[str] | None = None) -> None:
     DTYPES = ("fp32", "bf16") if bf16 else ("fp32",)
     print(f"dtypes {', '.join(DTYPES)}: {precision}", flush=True)
     sections = [s for s in args.sections if bf16 or s != "loss_curve"]  # bf16 against fp32: nothing to compare
+    failure = None if args.no_compile else compile_failure(DEVICE)
+    MODES = ("eager",) if args.no_compile or failure else ("eager", "compiled")
+    if failure:
+        print(f"eager only: torch.compile cannot work here ({failure})", flush=True)
 
     size = CONFIGS[args.config]
     batches = bench_batches(size["vocab_size"])

@@ -1,5 +1,5 @@
 """`hf-vanilla-transformer` (also `python -m hf_vanilla_transformer`): train, evaluate, translate, average, push,
-curve, attention.
+curve, attention, serve.
 
 This module only maps command-line flags onto the fields of the library's options (training/options.py, the
 `*Options` of inference/, training/, hub.py, where the work is done) and back, and prints: the library's progress
@@ -24,7 +24,9 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ import yaml
 from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
-from .errors import close_matches, flag_wording
+from .errors import Terminated, close_matches, flag_wording, sigterm_raises_terminated
 from .files import RESULTS_FILE, existing_file, no_space_message, writable_file
 from .hub import PushOptions, push
 from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
@@ -136,10 +138,15 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 _NEGATED = {"evaluate": "no_eval", "progress": "no_progress"}
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The parser's subcommands (`train`, `translate`, ...), each with its own parser in `.choices`."""
+    return next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+
+
 def _option_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
     """Each option field (argparse destination) of every command, mapped to its flag (the first long one), the
     fields of `command` first. Positional arguments (`model_dir`) keep their names."""
-    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    subparsers = _subcommands(parser)
     commands = [subparsers.choices[command], *subparsers.choices.values()]
     flags: dict[str, str] = {}
     for subparser in commands:
@@ -197,9 +204,10 @@ _TRAIN_OPTIONS = (
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
+    *("license_name", "test_max_sentences", "test_num_beams"),
     *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
     *("early_stopping_patience", "keep_best"),
-    *("init_from", "decoder_start_embedding"),
+    *("init_from", "decoder_start_embedding", "torch_compile"),
 )
 # The `train` options that are not TrainOptions fields of the same name: read by `run_train` itself.
 _TRAIN_CONTROL = ("recipe", "config", "no_eval", "no_progress")
@@ -249,9 +257,12 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     )
     data = parser.add_argument_group("data (default: the bundled Multi30k)")
     data.add_argument(
-        "--src-lang", default="en", help=f"source language; Multi30k has {', '.join(MULTI30K_LANGUAGES)}"
+        "--src-lang",
+        default="en",
+        help=f"source language, a BCP-47 tag as the Hub takes it (en, de, pt-BR, zh-Hant, eng); Multi30k has "
+        f"{', '.join(MULTI30K_LANGUAGES)}",
     )
-    data.add_argument("--tgt-lang", default="de", help="target language")
+    data.add_argument("--tgt-lang", default="de", help="target language, a BCP-47 tag (de, fr, pt-BR, ...)")
     data.add_argument("--train-src", help="training source file, one sentence per line (.gz allowed)")
     data.add_argument("--train-tgt", help="training target file, line-aligned with --train-src")
     data.add_argument("--valid-src", help="validation (dev) source file, scored during training")
@@ -358,6 +369,17 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         "emulate bf16 ~100x slower) or --bf16 no",
     )
     optim.add_argument(
+        "--torch-compile",
+        "--torch_compile",  # as run_translation.py spells transformers' switch
+        nargs="?",
+        const="yes",
+        default=recipe.torch_compile,
+        choices=("auto", "yes", "no"),
+        help="compile the training step with torch.compile (inductor; C++/OpenMP kernels on a CPU, Triton on a GPU): "
+        "--torch-compile (= yes), --torch-compile auto (on a GPU only) or no; where compiling cannot work, one line "
+        "says so and training goes on eagerly",
+    )
+    optim.add_argument(
         "--attn-implementation",
         choices=("eager", "sdpa"),
         help="attention kernels for training (the same function): default eager on the CPU (PyTorch's fused CPU "
@@ -410,7 +432,9 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     _add_compare_curve(budget)
     budget.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
     budget.add_argument(
-        "--overwrite", action="store_true", help="delete the folder's old checkpoints and start afresh"
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a run folder of an earlier run: its checkpoints are deleted (never others' files)",
     )
 
     dev = parser.add_argument_group("validation during training (with --valid-src/--valid-tgt)")
@@ -447,18 +471,35 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
     output.add_argument(
         "--output-dir",
         default=DEFAULT_OUTPUT_DIR,
-        help="the run folder: checkpoints/, curve/, run_settings.json, and the model folder OUTPUT_DIR/model",
+        help="the run folder (new, empty or a run's): checkpoints/, curve/, run_settings.json, and the model "
+        "folder OUTPUT_DIR/model",
     )
     output.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
     output.add_argument("--eval-batch-size", type=_positive_int, default=64)
+    # No argparse defaults: the recipe's apply unless given (--recipe quick cuts the test decoding).
+    output.add_argument(
+        "--test-max-sentences",
+        type=_positive_int,
+        help="score only the first N test sentences (a trial; the card says so)"
+        + (f" (default: {recipe.test_max_sentences})" if recipe.test_max_sentences else " (default: all)"),
+    )
+    output.add_argument(
+        "--test-num-beams",
+        type=_positive_int,
+        help="decode the test set with this many beams (1: greedy, quick; the card says so)"
+        + (f" (default: {recipe.test_num_beams})" if recipe.test_num_beams else " (default: the model's, §6.1: 4)"),
+    )
     output.add_argument("--examples", type=int, default=5, help="example translations to print")
     output.add_argument("--logging-steps", type=_positive_int, default=50)
     output.add_argument("--no-progress", action="store_true", help="no progress bars")
     output.add_argument(
         "--license",
-        help="the model card's Hub license id (default: the training data's own terms: Multi30k's non-commercial "
-        "research terms as `license: other`; none for other data)",
+        help="the model card's Hub license id: apache-2.0, mit, cc-by-4.0, cc-by-nc-4.0, ... "
+        "(https://huggingface.co/docs/hub/repositories-licenses), or other with --license-name (default: the "
+        "training data's own terms: Multi30k's non-commercial research terms as `license: other`; none for other "
+        "data)",
     )
+    output.add_argument("--license-name", help="with --license other: the terms' name, kebab-case (my-terms-1.0)")
     output.add_argument(
         "--push-to-hub",
         metavar="REPO_ID",
@@ -583,6 +624,7 @@ def run_train(args: argparse.Namespace) -> int:
     options = TrainOptions.from_recipe(
         RECIPES[recipe], **ours, trainer_args=trainer, command=shlex.join([PROG, *args.argv])
     )
+    args.run_folder = options.output_dir  # --config may name it: where an interrupt looks for checkpoints
     result = train(options)
     if result is not None:  # None: a process of a distributed run other than the one that writes the results
         print(f"Done in {result.summary['seconds'] / 60:.1f} minutes. Results: {result.results_file}", flush=True)
@@ -645,6 +687,26 @@ def run_evaluate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- translate
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _top_p(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
 def _add_translate_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "translate",
@@ -679,6 +741,61 @@ def _add_translate_parser(subparsers: Any) -> None:
         help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
         "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
     )
+    modes = parser.add_argument_group("decoding modes (docs/translation.md)")
+    modes.add_argument(
+        "--num-return-sequences",
+        type=_positive_int,
+        metavar="N",
+        help="print N outputs of each line, tab-separated on its line (best first for beam search, in drawing order "
+        "for --sampling); beam search needs --num-beams >= N",
+    )
+    modes.add_argument(
+        "--scores", action="store_true", help="print each output's score (log-probability / length penalty) after it"
+    )
+    modes.add_argument(
+        "--sampling",
+        action="store_true",
+        help="sample each token from the model's distribution (back-translation), with 1 beam unless --num-beams",
+    )
+    modes.add_argument(
+        "--top-k", type=_non_negative_int, metavar="K", help="sample from the K likeliest tokens only (0: all)"
+    )
+    modes.add_argument(
+        "--top-p",
+        type=_top_p,
+        metavar="P",
+        help="sample from the likeliest tokens whose probabilities reach P (nucleus; 1: all)",
+    )
+    modes.add_argument(
+        "--temperature",
+        type=_positive_float,
+        metavar="T",
+        help="divide the logits by T before sampling (1: the model's own)",
+    )
+    modes.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        metavar="S",
+        help="seed of the sampling: the same seed, lines and options, the same outputs",
+    )
+    modes.add_argument(
+        "--prefix",
+        dest="prefixes",
+        metavar="FILE",
+        help="force each output to start with line i of this UTF-8 file (.gz allowed) for input line i (an empty "
+        "line: no prefix)",
+    )
+    modes.add_argument(
+        "--prefix-column",
+        action="store_true",
+        help="each input line is `source<TAB>prefix` (no tab: no prefix); each output starts with its line's prefix",
+    )
+    modes.add_argument(
+        "--alignments",
+        action="store_true",
+        help="print each output's hard word alignment to its source after it, as Pharaoh `i-j` pairs (source word "
+        "i, output word j, 0-based; encoder-decoder attention of the last layer, heads averaged)",
+    )
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
     parser.add_argument(
         "--bf16",
@@ -711,20 +828,22 @@ def run_translate(args: argparse.Namespace) -> int:
     if args.text and args.input is not None:
         raise CommandLineError("Pass sentences either as arguments or with `--input`, not both.")
     if args.output is not None:
-        output = writable_file(args.output, "output", "text", "translations.txt")
-        if args.input is not None and output.resolve() == Path(args.input).resolve():
-            raise CommandLineError(f"`--output` {output} is the --input file; pass another file name.")
+        inputs = [("model_dir", args.model_dir), ("input", args.input), ("prefixes", args.prefixes)]
+        output = writable_file(args.output, "output", "text", "translations.txt", inputs)
     if args.text:
         lines = args.text
     elif args.input is not None:
         lines = read_lines(existing_file(args.input, "input"))
     else:
         lines = LineStream(sys.stdin.buffer, "stdin")
+    # --prefix FILE is read whole, before decoding (a bad byte is reported first); its lines go along with the input.
+    prefixes = read_lines(existing_file(args.prefixes, "prefixes")) if args.prefixes is not None else None
     names = (
         *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
-        *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8"),
+        *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8", "num_return_sequences", "scores"),
+        *("sampling", "top_k", "top_p", "temperature", "seed", "prefix_column", "alignments"),
     )
-    results = translate_stream(TranslateOptions(**_options(args, names)), lines)
+    results = translate_stream(TranslateOptions(**_options(args, names)), lines, prefixes)
     # The first line comes once the model is loaded and the options checked: only then is --output created.
     first = list(itertools.islice(results, 1))
     with contextlib.ExitStack() as stack:
@@ -752,7 +871,9 @@ def _add_average_parser(subparsers: Any) -> None:
         "checkpoints", nargs="+", help="checkpoint folders (or one folder of checkpoint-* with --last)"
     )
     parser.add_argument("--last", type=_positive_int, help="average the last N checkpoint-* folders of one folder")
-    parser.add_argument("-o", "--output", required=True, help="the averaged model folder")
+    parser.add_argument(
+        "-o", "--output", required=True, help="the averaged model folder: new, empty, or one this package wrote"
+    )
     parser.set_defaults(func=run_average)
 
 
@@ -843,7 +964,9 @@ def _add_attention_parser(subparsers: Any) -> None:
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("sentence", help="the source sentence")
     parser.add_argument("--target", help="a reference translation to teacher-force (default: the model's own)")
-    parser.add_argument("--out", default=ATTENTION_DIR, help=f"output folder (default: ./{ATTENTION_DIR})")
+    parser.add_argument(
+        "--out", default=ATTENTION_DIR, help=f"output folder: new, empty, or earlier plots (default: {ATTENTION_DIR})"
+    )
     parser.add_argument("--layers", type=int, nargs="+", help="0-based layers to plot (default: all)")
     parser.add_argument("--heads", type=int, nargs="+", help="0-based heads to plot (default: all)")
     parser.add_argument("--dpi", type=int, default=120)
@@ -856,6 +979,77 @@ def run_attention(args: argparse.Namespace) -> int:
     names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi", "trust_remote_code")
     for path in plot_attention_maps(AttentionOptions(**_options(args, names))):
         print(path)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- serve
+
+
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0, got {text!r}")
+    return value
+
+
+def _add_serve_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a model folder over HTTP: a JSON API and a page with the attention (docs/serving.md)",
+        description="Serve a saved model on http://HOST:PORT/: POST /translate (JSON; the decoding options of "
+        "`translate`, sampling and prefixes), POST /attention, GET /health, the API's docs at /docs and a page at / "
+        "to type sentences and see the translation and its cross-attention. Requests from concurrent clients are "
+        "batched into one generate() call. SIGTERM or Ctrl-C: the requests in flight are answered, then exit 0. "
+        "Needs the serve extra (pip install -e '.[serve]').",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000, help="the port (0: a free one, which the log names)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
+    parser.add_argument("--bf16", action="store_true", help="decode under bf16 autocast (as translate --bf16)")
+    parser.add_argument("--bf16-weights", action="store_true", help="decode with the weights cast to bf16")
+    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=_positive_int,
+        default=2048,
+        help="source tokens per generate() call, padding included (sentences x the longest)",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=_milliseconds,
+        default=5.0,
+        help="how long a sentence waits for others to batch with (while the model is busy, they gather anyway)",
+    )
+    parser.add_argument(
+        "--max-queue", type=_positive_int, default=256, help="requests waiting or being translated; more get 503"
+    )
+    parser.add_argument("--max-sentences", type=_positive_int, default=64, help="sentences per request; more: 413")
+    parser.add_argument("--max-chars", type=_positive_int, default=1000, help="characters per sentence; more: 413")
+    _add_max_input_tokens(parser)
+    parser.add_argument("--no-access-log", action="store_true", help="no log line per request")
+    _add_trust_remote_code(parser)
+    parser.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """The `serve` subcommand: serves until SIGTERM or Ctrl-C, then exits 0 once the requests in flight are done."""
+    try:
+        from .serving import ServeOptions, serve
+    except ImportError as error:  # the `serve` extra is not installed
+        raise CommandLineError(str(error)) from None
+
+    transformers_logging.disable_progress_bar()
+    keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
+    names = (
+        *("model_dir", "host", "port", "device", "bf16", "bf16_weights", "int8", "max_batch_tokens", "max_wait_ms"),
+        *("max_queue", "max_sentences", "max_chars", "max_input_tokens", "trust_remote_code"),
+    )
+    serve(ServeOptions(**_options(args, names), access_log=not args.no_access_log))
     return 0
 
 
@@ -879,7 +1073,7 @@ def build_parser(recipe: Recipe = DEFAULT_RECIPE) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="The Transformer of 'Attention Is All You Need' as a Hugging Face model: train, evaluate, "
-        "translate, average checkpoints, plot attention.",
+        "translate, average checkpoints, plot attention, serve over HTTP.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train_parser(subparsers, recipe)
@@ -889,6 +1083,7 @@ def build_parser(recipe: Recipe = DEFAULT_RECIPE) -> argparse.ArgumentParser:
     _add_push_parser(subparsers)
     _add_curve_parser(subparsers)
     _add_attention_parser(subparsers)
+    _add_serve_parser(subparsers)
     return parser
 
 
@@ -904,13 +1099,30 @@ _OUTPUT = {
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:
-    """For an interrupted `train`: the command that continues the run from its last checkpoint (the same arguments
-    with --resume); nothing for the other commands, which are run again."""
+    """Where an interrupted command leaves things, in one sentence. `train`: the command that continues the run
+    from its last complete checkpoint (the same arguments with --resume, without --overwrite, which contradicts
+    it); before this run saved one, the command that starts it again. The other commands are run again."""
     if args.command != "train":
         return "Run it again to redo it."
-    again = [arg for arg in args.argv if arg != "--resume"]
-    command = shlex.join([PROG, *again, "--resume"])
-    return f"The run folder keeps the checkpoints saved so far; to continue from the last one: {command}"
+    from .training.averaging import last_checkpoints
+    from .training.run_folder import CHECKPOINTS
+
+    checkpoints = Path(getattr(args, "run_folder", args.output_dir)) / CHECKPOINTS
+    again = [arg for arg in args.argv if arg not in ("--resume", "--overwrite")]
+    try:
+        (last,) = last_checkpoints(checkpoints, 1, complete_only=True)
+    except ValueError:  # no checkpoint folder, or only a half-written checkpoint in it
+        last = None
+    # With --overwrite, an earlier run's checkpoints stay until this run has checked its data: they are not its own.
+    written = (last / "trainer_state.json").stat().st_mtime if last is not None else 0.0  # the Trainer's last file
+    if last is not None and ("--overwrite" not in args.argv or written >= args.started):
+        command = shlex.join([PROG, *again, "--resume"])
+        return f"The run folder keeps its checkpoints up to {last.name}; to continue from it: {command}"
+    if last is None and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*")):  # half-written only
+        command = shlex.join([PROG, *again, "--overwrite"])
+        return f"No checkpoint in {checkpoints} is complete; to start afresh: {command}"
+    command = shlex.join([PROG, *[arg for arg in args.argv if arg != "--resume"]])
+    return f"No checkpoint of this run was saved yet; to start it again: {command}"
 
 
 def _silence_stdout() -> None:
@@ -922,15 +1134,20 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script entry point; returns the exit status (2 for bad values, as argparse)."""
+    """Console script entry point; returns the exit status: 2 for bad values (as argparse), 130 for Ctrl-C, 143 for
+    SIGTERM (128 + the signal, as a shell reports a process the signal ended), 141 for a closed stdout."""
+    started = time.time()
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_chosen_recipe(argv))
-    # What the `train` options do not know are Trainer arguments (run_train); any other command takes none.
-    args, extras = parser.parse_known_args(argv)
-    if extras and args.command != "train":
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    args.argv = argv
-    args.trainer_argv = extras
+    command = _subcommands(parser).choices.get(argv[0]) if argv else None
+    if command is not None and argv[0] != "train":
+        # Positionals may follow options (`translate MODEL --int8 "A man."`): argparse's intermixed parsing, which
+        # works on a parser without subcommands, so on the command's own.
+        args = command.parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
+        extras: list[str] = []
+    else:  # what the `train` options do not know are Trainer arguments (run_train)
+        args, extras = parser.parse_known_args(argv)
+    args.argv, args.trainer_argv, args.started = argv, extras, started
     flags = _option_flags(parser, args.command)
     # Warnings and errors on stderr; the package's progress (INFO) goes to stdout (`_printed_progress`), not here.
     stderr = logging.StreamHandler()
@@ -938,10 +1155,13 @@ def main(argv: list[str] | None = None) -> int:
     stderr.setFormatter(_FlagWording("%(levelname)s %(name)s: %(message)s", flags, quoted=True))
     logging.basicConfig(handlers=[stderr], level=logging.WARNING)
     try:
-        with _printed_progress(flags):
+        with _printed_progress(flags), sigterm_raises_terminated():
             return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: one line saying where things stand, not a traceback
-        parser.exit(130, f"{parser.prog} {args.command}: interrupted. {_after_interrupt(args)}\n")
+        parser.exit(128 + signal.SIGINT, f"{parser.prog} {args.command}: interrupted. {_after_interrupt(args)}\n")
+    except Terminated:  # SIGTERM: the same line, and the status a shell reports for a process SIGTERM ended
+        message = f"{parser.prog} {args.command}: terminated (SIGTERM). {_after_interrupt(args)}\n"
+        parser.exit(128 + signal.SIGTERM, message)
     except BrokenPipeError:  # stdout's reader went away (`| head -1`): stop quietly, as the shell's own tools do
         _silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer that SIGPIPE ended

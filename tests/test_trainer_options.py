@@ -25,6 +25,7 @@ def test_trainer_arguments_from_the_command_line_are_typed_like_run_translation(
             "1.0",
             "--weight-decay",
             "0.01",
+            "--gradient_checkpointing",
             "--torch_compile",
             "--lr",
             "1e-3",
@@ -35,9 +36,10 @@ def test_trainer_arguments_from_the_command_line_are_typed_like_run_translation(
         "optim": "adafactor",
         "max_grad_norm": 1.0,
         "weight_decay": 0.01,
-        "torch_compile": True,
+        "gradient_checkpointing": True,
     }
     assert options.lr == 1e-3  # our own option, not a Trainer argument
+    assert options.torch_compile == "yes"  # transformers' switch, spelled as run_translation.py does: ours
 
 
 def test_a_config_file_holds_options_and_trainer_arguments_and_the_command_line_wins(tmp_path, monkeypatch) -> None:

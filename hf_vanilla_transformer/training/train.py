@@ -53,13 +53,23 @@ from .averaging import (
     selectable_checkpoints,
     write_averaged_model,
 )
+from .compiling import CompileReportCallback, resolve_torch_compile
 from .data import DEFAULT_TOKENIZER_SAMPLE, prepare_pairs, tokenizer_sample
 from .learning_curve import CURVE_DIR, CURVE_PNG, CurveOptions, learning_curve, load_comparison_curves, write_dev_curve
 from .mapped_pages import ReleaseCorpusPagesCallback
-from .options import EVAL_AT_SAVES, TRAINER_ARGUMENTS_OF_OPTIONS, TrainOptions, TrainResult, parse_eval_every
+from .options import (
+    EVAL_AT_SAVES,
+    TRAINER_ARGUMENTS_OF_OPTIONS,
+    TrainOptions,
+    TrainResult,
+    check_report_values,
+    parse_eval_every,
+    recorded_command,
+)
 from .run_data import TrainingData, check_dev_set, check_training_pairs, dev_dataset, load_training_data
 from .run_folder import (
     CHECKPOINTS,
+    MODEL_RUN_ENTRIES,
     SETTINGS_FILE,
     bpe_identity,
     check_output_dir,
@@ -87,12 +97,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CheckedOptions:
-    """What `check_options` makes of the options: the Trainer's arguments, bf16 as resolved on this device, and the
-    model folder `init_from` names (None: a new model)."""
+    """What `check_options` makes of the options: the Trainer's arguments, bf16 and torch.compile as resolved on
+    this device, and the model folder `init_from` names (None: a new model)."""
 
     training_args: VanillaSeq2SeqTrainingArguments
     bf16: bool
     init_dir: Path | None
+    torch_compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,11 +166,15 @@ def check_options(options: TrainOptions) -> CheckedOptions:
     arguments (which check the optimization options) built from them."""
     _check_values(options)
     report_to = _check_eval_options(options)
-    bf16, precision = resolve_bf16(options.bf16, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16, precision = resolve_bf16(options.bf16, device)
     logger.info(f"Precision: {precision}")
+    compiled, compiling = resolve_torch_compile(options.torch_compile, device)
+    logger.info(f"Compile: {compiling}")
     init_dir = _init_folder(options) if options.init_from is not None else None
-    training_args = VanillaSeq2SeqTrainingArguments(**_trainer_arguments(options, bf16, report_to))
-    return CheckedOptions(training_args, bf16, init_dir)
+    arguments = _trainer_arguments(options, bf16, report_to)
+    training_args = VanillaSeq2SeqTrainingArguments(**arguments, torch_compile=compiled)
+    return CheckedOptions(training_args, bf16, init_dir, compiled)
 
 
 def _check_values(options: TrainOptions) -> None:
@@ -200,6 +215,7 @@ def _check_values(options: TrainOptions) -> None:
         load_comparison_curves(options.compare_curve)
     if options.push_to_hub is not None and int(os.environ.get("RANK", "0")) == 0:
         hub_token("push_to_hub")  # now, not after hours of training
+    check_report_values(options)  # the card's languages and license, the test decoding's caps
 
 
 def _check_eval_options(options: TrainOptions) -> list[str]:
@@ -516,6 +532,8 @@ def fit(
         processing_class=prepared.tokenizer,
     )
     trainer.add_callback(ReleaseCorpusPagesCallback(prepared.train_dataset))
+    if checked.torch_compile:
+        trainer.add_callback(CompileReportCallback())
     if prepared.valid_dataset is not None:
         decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"
         logger.info(
@@ -561,11 +579,11 @@ def finalize(
         f"({options.average}) of {', '.join(path.name for path in to_average)}"
     )
     summary: dict[str, Any] = {
-        "command": options.command,
+        "command": recorded_command(options),  # results.json is uploaded with the model: file names only
         "languages": [options.src_lang, options.tgt_lang],
         "data": prepared.data.name,
         "preset": options.preset if options.init_from is None else None,
-        "init_from": None if options.init_from is None else os.fspath(options.init_from),
+        "init_from": None if options.init_from is None else Path(options.init_from).name,
         "updates": state.global_step,
         "epochs": state.epoch,
         "averaged_checkpoints": [path.name for path in to_average],
@@ -599,7 +617,7 @@ def _average(options: TrainOptions, checkpoint_dir: Path, model_dir: Path) -> tu
     except ValueError as error:  # average "best" and no evaluation happened (a run finished before its first)
         raise OptionError(f"`average={options.average}`: {error} Use `average=last`.") from None
     to_average = [info.path for info in chosen]
-    write_averaged_model(to_average, model_dir)
+    write_averaged_model(to_average, model_dir, claims=MODEL_RUN_ENTRIES)  # what finalize writes there after
     averaging = {
         "mode": options.average,
         "k": options.average_last,
@@ -652,6 +670,7 @@ def _test_summary(
     output_dir = Path(options.output_dir)
     model_dir = output_dir / MODEL_DIR
     sources, references = list(test_pairs["source"]), list(test_pairs["target"])
+    sources, references = sources[: options.test_max_sentences], references[: options.test_max_sentences]
     summary["test"], model, tokenizer = _evaluate_folder(model_dir, sources, references, options)
     for index in range(min(options.examples, len(sources))):
         logger.info(f"\nSRC: {sources[index]}\nREF: {references[index]}\nHYP: {summary['test']['hypotheses'][index]}")
@@ -688,8 +707,9 @@ def _evaluate_folder(
     and tokenizer loaded."""
     model = load_model(model_dir)
     tokenizer = load_tokenizer(model_dir)
+    beams = {"num_beams": options.test_num_beams} if options.test_num_beams is not None else None
     results = evaluate_translations(
-        model, tokenizer, sources, references, batch_size=options.eval_batch_size, progress=options.progress
+        model, tokenizer, sources, references, options.eval_batch_size, beams, progress=options.progress
     )
     logger.info(
         f"BLEU {results['bleu']:.2f} (sacreBLEU, cased, 13a), lowercased BLEU {results['bleu_lowercase']:.2f}, "
@@ -719,16 +739,24 @@ def _card_inputs(
             f"last checkpoint alone scores BLEU {last['bleu']:.2f} (lowercased {last['bleu_lowercase']:.2f}) with "
             "the same decoding."
         )
+    if options.test_max_sentences is not None or options.test_num_beams is not None:
+        decoding = f"beam {options.test_num_beams}" if options.test_num_beams is not None else "its own decoding"
+        notes.append(
+            f"The scores above are of the test set's first {summary['test']['n']} sentences decoded with {decoding} "
+            "(a trial run's cut, `--test-max-sentences` / `--test-num-beams`), not of the whole test set with the "
+            "decoding below."
+        )
     if "learning_curve" in summary:
         notes.append(f"## Learning curve\n\n![validation BLEU against training minutes]({summary['learning_curve']})")
     budget = {"max_time": options.max_time, "max_steps": options.max_steps, "epochs": options.epochs}
     training = {
         "Preset": options.preset if options.init_from is None else None,
-        "Fine-tuned from": None if options.init_from is None else os.fspath(options.init_from),
+        # Folder names only: results.json and the card are uploaded.
+        "Fine-tuned from": None if options.init_from is None else Path(options.init_from).name,
         "Joint BPE vocabulary (§5.1)": options.vocab_size
         if options.tokenizer is None and not options.init_from
         else None,
-        "Tokenizer": str(options.tokenizer) if options.tokenizer is not None else None,
+        "Tokenizer": Path(options.tokenizer).name if options.tokenizer is not None else None,
         "Maximum sentence length (tokens)": options.max_length,
         "Dropout P_drop": options.dropout,
         "Learning-rate schedule": options.schedule,
@@ -754,6 +782,7 @@ def _card_inputs(
         "command": summary["command"],
         "extra": "\n\n".join(notes) or None,
         "license": options.license,
+        "license_name": options.license_name,
         "example_text": None if multi30k else example_text,
         "training": training,
         "data_note": None if multi30k else f"`{data_name}`: the user's own parallel data, not on the Hub.",
