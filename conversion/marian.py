@@ -15,7 +15,9 @@ conventions: <pad> is the last token id (it drops the last vocabulary row) and t
 id, remapping the weights and the tokenizer (`keep_token_ids` opts out), and refuses a non-zero start embedding
 (`allow_nonzero_start_embedding` opts out: Marian in transformers stays exact, CTranslate2 does not). Models
 trained here keep that row at zero (hf_vanilla_transformer/training/start_embedding.py), so they export without the
-flag.
+flag. The exported generation_config.json keeps our beam size and α, and sets `max_length` to the position table's
+size where ours limits each sentence to its source length + 50 (§6.1); the card says which parts of §6.1 decoding
+MarianMTModel and CTranslate2 cannot express (GNMT's penalty, the source-relative limit).
 
 Both directions run `MarianMTModel` and our model on the same inputs and refuse a logit difference above `atol`
 (computed in float64) or `atol_fp32` (in float32). Weights are written in float32. `convert(MarianOptions(SOURCE,
@@ -35,6 +37,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.model.generation_vanilla_transformer import PAPER_MAX_NEW_TOKENS_OFFSET
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 from hf_vanilla_transformer.training.start_embedding import start_embedding_max
 from model_card import source_card_metadata
@@ -47,6 +50,7 @@ from ._common import (
     SourceCheck,
     SourceOptions,
     apply_key_map,
+    check_output,
     finish,
     load_with_key_map,
     sample_inputs,
@@ -273,6 +277,7 @@ def copy_tokenizer(source: Path, output: Path) -> list[str]:
 
 def convert(options: MarianOptions) -> Finished:
     """Import a Marian folder, verify it against MarianMTModel, write our folder and check that it reloads."""
+    check_output(options)
     marian = load_marian(options.source)
     model = marian_to_vanilla(marian)
     converted = Converted(
@@ -345,10 +350,49 @@ def vanilla_to_marian(
     weights = apply_key_map(weights, VANILLA_TO_MARIAN, expected)
     weights |= {key: own[key] for key in own if key not in expected}  # Marian's own sinusoids, computed at init
     marian.load_state_dict(weights, strict=True)
-    generation = {k: v for k, v in model.generation_config.to_diff_dict().items() if k not in VANILLA_ONLY_GENERATION}
-    generation |= {k: remap_ids(generation[k], new_id) for k in GENERATION_ID_FIELDS if k in generation}
-    marian.generation_config = GenerationConfig.from_dict(generation)
+    marian.generation_config = marian_generation_config(model.generation_config, config, new_id)
     return marian.eval(), new_id
+
+
+def marian_generation_config(
+    generation_config: GenerationConfig, config: VanillaTransformerConfig, new_id: torch.Tensor
+) -> GenerationConfig:
+    """The export's generation config: ours with the token ids mapped through `new_id`, less the settings
+    `MarianMTModel.generate()` lacks (`VANILLA_ONLY_GENERATION`), plus a length limit when ours sets none: without
+    one transformers stops every output at 20 tokens. The per-example limit (source length + offset) becomes
+    `max_length` = `max_position_embeddings`, the longest output Marian's position table holds."""
+    generation = {k: v for k, v in generation_config.to_diff_dict().items() if k not in VANILLA_ONLY_GENERATION}
+    generation |= {k: remap_ids(generation[k], new_id) for k in GENERATION_ID_FIELDS if k in generation}
+    if generation.get("max_length") is None and generation.get("max_new_tokens") is None:
+        generation["max_length"] = config.max_position_embeddings
+    return GenerationConfig.from_dict(generation)
+
+
+def decoding_note(generation_config: GenerationConfig, exported: GenerationConfig) -> str:
+    """The card's note below the decoding table: which of the source's §6.1 settings MarianMTModel and CTranslate2
+    keep, and which they cannot express."""
+    beams, alpha = exported.num_beams or 1, exported.length_penalty
+    limit = (
+        f"`max_length` {exported.max_length}"
+        if exported.max_new_tokens is None
+        else f"`max_new_tokens` {exported.max_new_tokens}"
+    )
+    lost = []
+    if getattr(generation_config, "length_penalty_type", None) == "gnmt":
+        lost.append(f"GNMT's length penalty ((5 + |Y|) / 6)^α becomes transformers' |Y|^α with the same α ({alpha:g})")
+    offset = getattr(generation_config, "max_new_tokens_offset", None)
+    if offset is None and generation_config.max_length is None and generation_config.max_new_tokens is None:
+        offset = PAPER_MAX_NEW_TOKENS_OFFSET  # what our generate() applies when nothing sets a length
+    if offset is not None:
+        lost.append(f"the per-sentence limit (source length + {offset}, EOS forced there) becomes the fixed {limit}")
+    note = f"`MarianMTModel.generate()` reads these defaults: beam size {beams}, {limit}."
+    if lost:
+        note += f" Of §6.1's decoding it cannot express: {'; '.join(lost)}; outputs may therefore differ from ours."
+    return note + (
+        " CTranslate2 reads no generation config: pass `beam_size`, `length_penalty` (|Y|^α as well) and "
+        "`max_decoding_length` (a fixed limit, default 256) to `translate_batch`; it has no GNMT penalty and no "
+        "limit relative to the source length."
+    )
 
 
 def remap_tokenizer_json(data: dict, new_id: torch.Tensor) -> dict:
@@ -407,6 +451,7 @@ def write_tokenizer(source: Path, output: Path, new_id: torch.Tensor) -> list[st
 
 def export(options: ToMarianOptions) -> Finished:
     """Export our folder to a MarianMTModel folder verified against our model, and check that it reloads exactly."""
+    check_output(options)
     source, output_dir = options.source, options.output_dir
     model = VanillaTransformerForConditionalGeneration.from_pretrained(source).float().eval()
     start = start_embedding_max(model)
@@ -439,8 +484,6 @@ def export(options: ToMarianOptions) -> Finished:
         else "unchanged",
     }
     notes = ["CTranslate2 starts the decoder from a zero vector and never generates <pad>."]
-    if any(getattr(model.generation_config, name, None) for name in VANILLA_ONLY_GENERATION):
-        notes.append("The paper's GNMT length penalty / source-length limit are not Marian settings; not exported.")
     check = SourceCheck(
         "the source model",
         lambda exported, folder: compare(
@@ -454,6 +497,7 @@ def export(options: ToMarianOptions) -> Finished:
         f"Exported with `python -m conversion to-marian` from the hf_vanilla_transformer folder `{source}`; the "
         "architecture table is the source model's, which the export computes exactly.",
         usage_snippet(output_dir, "A sentence to translate.", model_class="MarianMTModel", after=[ct2]),
+        decoding_note=decoding_note(model.generation_config, marian.generation_config),
     )
     converted = Converted(
         marian, marian.generation_config, facts=facts, notes=notes, source_metadata=source_card_metadata(source)
@@ -473,8 +517,10 @@ __all__ = [
     "ToMarianOptions",
     "compare",
     "convert",
+    "decoding_note",
     "export",
     "load_marian",
+    "marian_generation_config",
     "marian_to_vanilla",
     "pad_last_order",
     "vanilla_to_marian",

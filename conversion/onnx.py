@@ -59,6 +59,7 @@ from ._common import (
     Converted,
     Finished,
     SourceCheck,
+    check_output,
     finish,
     sample_inputs,
     verify_logits,
@@ -519,6 +520,7 @@ NOTES = [
 def convert(options: OnnxOptions) -> Finished:
     """Export, verify against our model, and write OUTPUT_DIR with its model card (`finish`: nothing is written
     there on a failure)."""
+    check_output(options)
     _onnx_modules()
     if options.max_positions < 2:
         raise OptionError(

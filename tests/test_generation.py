@@ -1,23 +1,30 @@
-"""§6.1 paper decoding: GNMT length penalty, per-example maximum length, and transformers' generate left intact."""
+"""§6.1 paper decoding: GNMT length penalty, per-example maximum length, and transformers' generate left intact
+(and silent)."""
 
 import json
+import logging
 import math
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from transformers import GenerationConfig, pipeline
+from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.model import generation_vanilla_transformer
 from hf_vanilla_transformer.model.generation_vanilla_transformer import (
     PaperGenerationMixin,
     SourceLengthLogitsProcessor,
-    gnmt_exponent,
     gnmt_length_penalty,
     paper_generation_config,
 )
@@ -32,17 +39,21 @@ def test_model_class_uses_paper_decoding() -> None:
     assert VanillaTransformerForConditionalGeneration.can_generate()
 
 
+def test_no_private_method_of_transformers_generation_is_overridden() -> None:
+    # Private methods change between transformers minor versions; §6.1 decoding goes through public hooks only
+    # (generate, a LogitsProcessor, custom_generate), which is what lets pyproject.toml allow transformers < 6.
+    overridden = [
+        name
+        for name in vars(PaperGenerationMixin)
+        if name.startswith("_") and not name.startswith("__") and hasattr(GenerationMixin, name)
+    ]
+    assert overridden == []
+
+
 @pytest.mark.parametrize(("length", "expected"), [(1, 1.0), (7, 2**0.6), (13, 3**0.6), (55, 10**0.6)])
 def test_gnmt_penalty_by_hand(length: int, expected: float) -> None:
     # ((5 + |Y|) / 6)^0.6: |Y| = 7 gives (12 / 6)^0.6 = 2^0.6, |Y| = 13 gives 3^0.6, |Y| = 55 gives 10^0.6.
     assert gnmt_length_penalty(length, 0.6) == pytest.approx(expected, rel=1e-12)
-
-
-@pytest.mark.parametrize("alpha", [0.6, 1.0, -0.5])
-def test_exponent_turns_transformers_penalty_into_gnmt(alpha: float) -> None:
-    # transformers divides by |Y| ** exponent; the exponent must make that GNMT's lp(Y) at every length.
-    for length in range(1, 300):
-        assert length ** gnmt_exponent(length, alpha) == pytest.approx(gnmt_length_penalty(length, alpha), rel=1e-12)
 
 
 # A "model" whose next-token log-probabilities depend on the decoder prefix only, so a beam can be worked out by hand.
@@ -107,6 +118,116 @@ def test_finished_hypotheses_ranked_as_by_hand(penalty: str, early_stopping: boo
     )
     assert output.sequences.tolist() == [sequence for sequence, _ in expected]
     torch.testing.assert_close(output.sequences_scores, torch.tensor([score for _, score in expected]))
+
+
+def eos_biased(model: VanillaTransformerForConditionalGeneration, bias: float) -> None:
+    """Adds `bias` to the EOS logit of every step, so that a random model ends hypotheses at various lengths."""
+    forward = model.forward
+
+    def biased(*args: object, **kwargs: object) -> Seq2SeqLMOutput:
+        output = forward(*args, **kwargs)
+        output.logits[..., EOS] += bias
+        return output
+
+    model.forward = biased
+
+
+def reference_beam_search(
+    model: VanillaTransformerForConditionalGeneration, source: list[int], num_beams: int, max_new_tokens: int
+) -> list[tuple[list[int], float]]:
+    """GNMT beam search (α = 0.6, early termination) written from the rule, for one sentence, without a cache: each
+    step runs the model on whole prefixes and ranks the continuations of the live beams by log P (float64); of the
+    best 2 * num_beams, those among the first num_beams that end (EOS, or the length limit) finish with log P /
+    ((5 + |Y|) / 6)^0.6, the best num_beams others live on. The sentence stops when num_beams have finished.
+    Returns the finished (tokens, score), best first."""
+    live: list[tuple[list[int], float]] = [([PAD], 0.0)]
+    finished: list[tuple[list[int], float]] = []
+    for length in range(1, max_new_tokens + 1):
+        candidates = []
+        for prefix, log_p in live:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([source]), decoder_input_ids=torch.tensor([prefix])).logits
+            step = logits[0, -1].double().log_softmax(-1).tolist()
+            candidates += [([*prefix, token], log_p + value) for token, value in enumerate(step)]
+        best = sorted(candidates, key=lambda candidate: -candidate[1])[: 2 * num_beams]
+        ends = [tokens[-1] == EOS or length == max_new_tokens for tokens, _ in best]
+        first = zip(best[:num_beams], ends[:num_beams], strict=True)
+        finished += [(tokens, log_p / ((5 + length) / 6) ** 0.6) for (tokens, log_p), end in first if end]
+        live = [candidate for candidate, end in zip(best, ends, strict=True) if not end][:num_beams]
+        if len(finished) >= num_beams:
+            break
+    return sorted(finished, key=lambda hypothesis: -hypothesis[1])[:num_beams]
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_gnmt_beam_search_equals_the_rule_written_out(num_beams: int) -> None:
+    model = tiny_model(seed=4, init_std=0.3)
+    eos_biased(model, 2.5)  # hypotheses end at different lengths, some at the limit
+    batch = random_batch(batch=3, src_len=7, seed=4)
+    output = model.generate(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        num_beams=num_beams,
+        num_return_sequences=num_beams,
+        length_penalty=0.6,
+        length_penalty_type="gnmt",
+        early_stopping=True,
+        max_new_tokens=8,
+        max_new_tokens_offset=None,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    lengths = set()
+    for row in range(3):
+        source = batch["input_ids"][row, : int(batch["attention_mask"][row].sum())].tolist()
+        expected = reference_beam_search(model, source, num_beams, max_new_tokens=8)
+        for rank, (tokens, score) in enumerate(expected):
+            found = output.sequences[row * num_beams + rank].tolist()
+            assert found[: len(tokens)] == tokens and set(found[len(tokens) :]) <= {PAD}, (row, rank)
+            assert output.sequences_scores[row * num_beams + rank].item() == pytest.approx(score, abs=1e-5)
+            lengths.add(len(tokens))
+    assert len(lengths) > 2, "every hypothesis has the same length: the penalty would not be tested"
+
+
+def test_nbest_scores_are_log_probability_over_gnmt_penalty() -> None:
+    """Each returned hypothesis's score is its log P(Y | X), teacher-forced through the model, over lp(|Y|)."""
+    model = tiny_model(seed=5, init_std=0.3)
+    eos_biased(model, 2.0)
+    batch = random_batch(batch=2, src_len=6, seed=5)
+    output = model.generate(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        **paper_generation_config(model.config).to_diff_dict(),
+        num_return_sequences=4,
+        max_new_tokens=10,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    for row, sequence in enumerate(output.sequences.tolist()):
+        source = batch["input_ids"][row // 4, : int(batch["attention_mask"][row // 4].sum())]
+        tokens = sequence[1 : sequence.index(EOS) + 1] if EOS in sequence else sequence[1:]
+        with torch.no_grad():
+            logits = model(input_ids=source[None], decoder_input_ids=torch.tensor([[PAD, *tokens[:-1]]])).logits[0]
+        log_p = logits.double().log_softmax(-1)[torch.arange(len(tokens)), tokens].sum().item()
+        expected = log_p / gnmt_length_penalty(len(tokens), 0.6)
+        assert output.sequences_scores[row].item() == pytest.approx(expected, abs=1e-5)
+
+
+def test_gnmt_beam_search_keeps_sharded_processes_in_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate(synced_gpus=True) (ZeRO-3 / FSDP) reaches the GNMT loop, which then asks every step whether all
+    processes have finished (one process here: all_reduce returns its own flag) and decodes as without it."""
+    flags: list[float] = []
+    distributed = generation_vanilla_transformer.distributed
+    monkeypatch.setattr(distributed, "all_reduce", lambda flag, op: flags.append(float(flag)))
+    model, batch = tiny_model(), random_batch(batch=2, src_len=6)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    paper = {"num_beams": 4, "length_penalty_type": "gnmt", "max_new_tokens": 6, "max_new_tokens_offset": None}
+    alone = model.generate(**inputs, **paper)
+    assert flags == []
+    synced = model.generate(**inputs, **paper, synced_gpus=True)
+    assert torch.equal(synced, alone)
+    assert flags, "synced_gpus did not reach the GNMT loop"
+    assert flags[-1] == 0.0 and set(flags[:-1]) == {1.0}
 
 
 def never_ending(**generate_kwargs: object) -> dict[str, object]:
@@ -242,6 +363,77 @@ def test_passed_generation_config_gets_the_per_example_length() -> None:
 def test_bad_settings_name_value_and_fix(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         tiny_model().generate(input_ids=torch.tensor([[5, 6, 7]]), num_beams=2, **kwargs)
+
+
+@contextmanager
+def everything_said() -> Iterator[list[str]]:
+    """Every Python warning (each time, not once per place) and every transformers log record at WARNING or above
+    (`warning_once` ones included: its memory of earlier messages is cleared) while the block runs."""
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    library_logger, verbosity = logging.getLogger("transformers"), transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_warning()
+    logging.Logger.warning_once.cache_clear()  # transformers' lru_cache'd method: forget what was said before
+    library_logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield said
+        said += [str(warning.message) for warning in caught]
+    finally:
+        library_logger.removeHandler(handler)
+        transformers.logging.set_verbosity(verbosity)
+
+
+def test_everything_said_hears_transformers_warnings() -> None:
+    # The listener of the silence tests below hears both channels: a log record and a Python warning.
+    model, batch = tiny_model(), random_batch(batch=2, src_len=5)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with everything_said() as said:
+        model.generate(**inputs, max_new_tokens=3, max_length=5)
+        model.generate(**inputs, max_new_tokens_offset=None)
+    assert any("Both `max_new_tokens` (=3) and `max_length`(=5) seem to have been set" in text for text in said)
+    assert any("model-agnostic default `max_length`" in text for text in said)
+
+
+def model_with(settings: str) -> VanillaTransformerForConditionalGeneration:
+    model = tiny_model(seed=6, init_std=0.3)
+    if settings != "fresh":
+        model.generation_config = paper_generation_config(model.config)
+    if settings == "paper+max_length":
+        model.generation_config.max_length = 20  # what Seq2SeqTrainer's predict_with_generate writes into it
+    return model
+
+
+@pytest.mark.parametrize("reloaded", [False, True], ids=["in-memory", "saved-and-reloaded"])
+@pytest.mark.parametrize("settings", ["fresh", "paper", "paper+max_length"])
+def test_plain_generate_says_nothing(settings: str, reloaded: bool, tmp_path: Path) -> None:
+    """`model.generate(**batch)`, greedy and beam: no "Both `max_new_tokens` and `max_length`" (a paper config
+    after Seq2SeqTrainer evaluation), no "model-agnostic default `max_length`" (a model without settings)."""
+    model = model_with(settings)
+    if reloaded:
+        model.save_pretrained(tmp_path)
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    batch = random_batch(batch=3, src_len=7, seed=6)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with everything_said() as said:
+        model.generate(**inputs)
+        model.generate(**inputs, num_beams=4 if settings == "fresh" else 1)
+    assert said == []
+
+
+@pytest.mark.parametrize("settings", ["fresh", "paper+max_length"])
+def test_unset_length_is_the_source_length_plus_50(settings: str) -> None:
+    """Without any length setting, and with the paper's settings plus the max_length 20 a trainer left behind, each
+    row stops at its source length + 50 (§6.1), not at transformers' 20 tokens."""
+    model, batch = model_with(settings), random_batch(batch=3, src_len=7, seed=6)
+    output = model.generate(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=1, **never_ending()
+    )
+    assert output.shape[1] == 1 + 7 + 50
+    for row, sequence in enumerate(output.tolist()):
+        assert sequence.index(EOS) == int(batch["attention_mask"][row].sum()) + 50
 
 
 REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
+from .pipeline_vanilla_translation import VanillaTranslationPipeline
+
 # Paper symbols that users tend to pass straight to the constructor; they would be silently stored otherwise.
 PAPER_SYMBOLS = {
     "N": "encoder_layers/decoder_layers",
@@ -45,7 +47,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Saved in config.json so that `pipeline("translation", model=dir, trust_remote_code=True)` finds the pipeline file
 # saved beside the weights. With this package imported, the task is registered natively instead (registration.py).
-_PIPELINE = {"impl": "pipeline_vanilla_translation.VanillaTranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+# The pipeline's module is imported here, relatively, so that `save_pretrained` copies its file with this one (the
+# code files of a remote-code model are its modules and their relative imports): the file is in the folder before
+# `save_pretrained(..., push_to_hub=True)` uploads it.
+_PIPELINE = {
+    "impl": f"{VanillaTranslationPipeline.__module__.rsplit('.', 1)[-1]}.{VanillaTranslationPipeline.__name__}",
+    "pt": ["AutoModelForSeq2SeqLM"],
+}
 TRANSLATION_TASKS = ["translation"] + [
     f"translation_{src}_to_{tgt}" for src in ("en", "de", "fr") for tgt in ("en", "de", "fr") if src != tgt
 ]

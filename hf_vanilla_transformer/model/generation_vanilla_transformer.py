@@ -11,41 +11,50 @@ and can also be passed to `generate()`:
   included, whatever the other rows of its batch; the source length is the number of attended positions
   (`attention_mask.sum(-1)`, or the whole input without a mask). EOS is forced at that length.
 
-`PaperGenerationMixin` (a base of the model class) reads them in `generate`; `paper_generation_config` gives the
-paper's settings. This file imports only torch and transformers: it is copied next to the model code (remote code).
+`PaperGenerationMixin` (a base of the model class) reads them in `generate` and reaches transformers only through
+public hooks: the per-example limit is a `LogitsProcessor`, and GNMT beam search is `gnmt_beam_search`, a decoding loop
+passed as `generate(custom_generate=...)`. transformers prepares the inputs, cache, logits processors and stopping
+criteria as for its own beam search; the loop is transformers' beam search (the same candidates, the same stopping
+rules) with finished hypotheses scored by GNMT's penalty. When nothing sets a length (no `max_length`,
+`max_new_tokens` or `max_new_tokens_offset` in the call or in either config), each example stops at its source length
++ 50, §6.1's limit, instead of transformers' 20 tokens (which cut sentences, with a warning). `paper_generation_config`
+gives the paper's settings. This file imports only torch and transformers: it is copied next to the model code
+(remote code).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from contextvars import ContextVar
 from typing import Any
 
 import torch
+from torch import distributed, nn
 from transformers import GenerationConfig, PretrainedConfig
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation import (
+    GenerateBeamEncoderDecoderOutput,
+    GenerationMixin,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteriaList,
+)
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.masking_utils import create_bidirectional_mask
 
 LENGTH_PENALTY_TYPES = ("hf", "gnmt")
+# §6.1's "input length + 50": the per-example limit when neither the call nor a config sets any length.
+PAPER_MAX_NEW_TOKENS_OFFSET = 50
+LENGTH_FIELDS = ("max_length", "max_new_tokens")
+# The decoder cache's name in generate()'s model kwargs and in model outputs: `cache` from transformers 5.24,
+# `past_key_values` before (the old name still works in 5.24, with a deprecation warning).
+CACHE_NAME = "cache" if "cache" in GenerateBeamEncoderDecoderOutput.__dataclass_fields__ else "past_key_values"
 
-# Set by `PaperGenerationMixin.generate` for the duration of one call (a ContextVar, so that threads sharing a model
-# do not see each other's setting); read inside transformers' beam search.
-_GNMT_PENALTY: ContextVar[bool] = ContextVar("vanilla_transformer_gnmt_penalty", default=False)
 
-
-def gnmt_length_penalty(length: int, alpha: float) -> float:
+def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
     """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016), used with α = 0.6 in §6.1."""
     return ((5 + length) / 6) ** alpha
-
-
-def gnmt_exponent(length: int, alpha: float) -> float:
-    """The exponent e with length^e = lp(length): transformers divides a hypothesis score by length ** e, so passing
-    e instead of α makes it divide by the GNMT penalty. lp(1) = 1 = 1^e for every e, so α is returned there."""
-    if length <= 1:
-        return alpha
-    return alpha * math.log((5 + length) / 6) / math.log(length)
 
 
 def paper_generation_config(config: PretrainedConfig) -> GenerationConfig:
@@ -60,7 +69,7 @@ def paper_generation_config(config: PretrainedConfig) -> GenerationConfig:
         num_beams=4,
         length_penalty=0.6,
         length_penalty_type="gnmt",
-        max_new_tokens_offset=50,
+        max_new_tokens_offset=PAPER_MAX_NEW_TOKENS_OFFSET,
         early_stopping=True,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
@@ -165,20 +174,222 @@ def cross_attention_mask(
     return kept[2]
 
 
-def _setting(name: str, kwargs: dict[str, Any], *configs: GenerationConfig | None) -> Any:
-    """A paper-decoding field: popped from the generate() kwargs, else from the first config that sets it."""
+def _setting(name: str, kwargs: dict[str, Any], *configs: GenerationConfig | None, pop: bool = True) -> Any:
+    """A generation field as generate() resolves it: from the kwargs (popped when `pop`, for the fields transformers
+    does not know), else from the first config that sets it (not None), else None."""
     if name in kwargs:
-        return kwargs.pop(name)
+        return kwargs.pop(name) if pop else kwargs[name]
     for config in configs:
         if config is not None and getattr(config, name, None) is not None:
             return getattr(config, name)
     return None
 
 
+def _gather(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """tensor (B, K, ...) gathered along K by indices (B, K'): (B, K', ...)."""
+    while indices.dim() < tensor.dim():
+        indices = indices.unsqueeze(-1)
+    return torch.take_along_dim(tensor, indices, dim=1)
+
+
+def all_peers_finished(this_peer_finished: bool, synced_gpus: bool, device: torch.device) -> bool:
+    """Whether decoding is over: for this process, or with `synced_gpus` for every process of the group."""
+    if not synced_gpus:
+        return this_peer_finished
+    unfinished = torch.tensor(0.0 if this_peer_finished else 1.0, device=device)
+    distributed.all_reduce(unfinished, op=distributed.ReduceOp.SUM)
+    return unfinished.item() == 0.0
+
+
+def synced_gpus_default(model: torch.nn.Module) -> bool:
+    """generate()'s `synced_gpus=None`: on when the model is sharded (ZeRO-3, FSDP) over several processes."""
+    world_size = distributed.get_world_size() if distributed.is_available() and distributed.is_initialized() else 1
+    return (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model)) and world_size > 1
+
+
+def gnmt_beam_search(
+    model: GenerationMixin,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    gnmt_synced_gpus: bool = False,
+    **model_kwargs: Any,
+) -> GenerateBeamEncoderDecoderOutput | torch.LongTensor:
+    """Beam search (and beam sampling) of an encoder-decoder model, ranking finished hypotheses by log P(Y) / lp(Y)
+    with GNMT's lp (`gnmt_length_penalty`, α = `length_penalty`); a decoding loop for `generate(custom_generate=...)`,
+    which calls it with the prepared decoder prompt (B * num_beams, prompt), logits processors, stopping criteria,
+    the resolved config and the model kwargs (encoder outputs, source mask, cache).
+
+    Step by step it is transformers' `_beam_search` (5.23, 5.24): each step keeps the top 2 * num_beams continuations
+    (more with several EOS ids) by log P, a continuation that stops (EOS, length) among the top num_beams finishes,
+    the best num_beams others run on; `early_stopping` True stops a sentence when num_beams hypotheses have finished,
+    False / "never" when no running beam can beat the worst finished one (transformers' bounds, with GNMT's
+    penalty). Only the penalty differs, so the output has the same fields, and `sequences_scores` are log P / lp.
+    `gnmt_synced_gpus` is generate()'s `synced_gpus` (ZeRO-3 / FSDP on several GPUs: every process runs forward
+    passes until all have finished), under a name of its own because generate() passes custom loops only the
+    arguments its own loops do not take."""
+    if generation_config.low_memory:
+        raise ValueError("`low_memory=True` is not supported by beam search; leave it unset.")
+    eos = generation_config.eos_token_id
+    eos = None if eos is None else torch.tensor(eos, device=input_ids.device).reshape(-1)
+    pad = generation_config.pad_token_id
+    pad = int(eos[0]) if pad is None and eos is not None else pad
+    num_beams, alpha = generation_config.num_beams, generation_config.length_penalty
+    early_stopping, max_length = generation_config.early_stopping, generation_config.max_length
+    return_dict = generation_config.return_dict_in_generate
+    want = {
+        name: bool(return_dict and getattr(generation_config, f"output_{name}"))
+        for name in ("scores", "logits", "attentions", "hidden_states")
+    }
+    batch_size, decoder_prompt_len = input_ids.shape[0] // num_beams, input_ids.shape[1]
+    cur_len = decoder_prompt_len
+    # transformers keeps K = (number of EOS ids + 1) * num_beams candidates, so that num_beams of them run on even
+    # when the best ones all end; only the first num_beams may finish.
+    beams_to_keep = max(2, 1 + (0 if eos is None else eos.numel())) * num_beams
+    top_num_beam_mask = torch.arange(beams_to_keep, device=input_ids.device) < num_beams
+    fill = (pad or int(eos[0])) if eos is not None else -1  # transformers' fill, pad id 0 included
+    device = input_ids.device
+
+    running_sequences = torch.full((batch_size, num_beams, max_length), fill, dtype=torch.int64, device=device)
+    running_sequences[:, :, :cur_len] = input_ids.reshape(batch_size, num_beams, -1)
+    sequences = running_sequences.clone()
+    # Only the first beam starts alive, so that the first step does not pick the same token num_beams times.
+    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+    running_beam_scores[:, 1:] = -1e9
+    beam_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
+    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
+    can_improve = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
+    running_beam_indices = torch.full(
+        (batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32, device=device
+    )
+    beam_indices = running_beam_indices.clone()
+    all_scores, raw_logits = [], []
+    decoder_attentions, cross_attentions, decoder_hidden_states = [], [], []
+    flat_running_sequences, this_peer_finished = input_ids, False
+    while not all_peers_finished(this_peer_finished, gnmt_synced_gpus, device):
+        # The first step reads the whole prompt; with a cache, later steps read the last token.
+        first = cur_len == decoder_prompt_len
+        model_inputs = model.prepare_inputs_for_generation(
+            flat_running_sequences,
+            next_sequence_length=None if first or not model_kwargs.get("use_cache") else 1,
+            is_first_iteration=first,
+            **model_kwargs,
+        )
+        outputs = model(**model_inputs, return_dict=True)
+        if getattr(outputs, CACHE_NAME, None) is not None:
+            model_kwargs[CACHE_NAME] = getattr(outputs, CACHE_NAME)
+        if model_kwargs.get("decoder_attention_mask") is not None:
+            mask = model_kwargs["decoder_attention_mask"]
+            model_kwargs["decoder_attention_mask"] = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        if this_peer_finished:  # synced: only the forward pass, for the other processes' collectives
+            continue
+        logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+        log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
+        if want["logits"]:
+            raw_logits.append(logits.clone())
+        if want["scores"]:
+            all_scores.append(log_probs.clone())
+        if want["attentions"]:
+            decoder_attentions.append(outputs.decoder_attentions)
+            cross_attentions.append(outputs.cross_attentions)
+        if want["hidden_states"]:
+            decoder_hidden_states.append(outputs.decoder_hidden_states)
+        del outputs
+
+        # Top-K continuations of all beams by accumulated log P (sampled without replacement when do_sample).
+        vocab_size = log_probs.shape[-1]
+        accumulated = (log_probs.reshape(batch_size, num_beams, vocab_size) + running_beam_scores[:, :, None]).reshape(
+            batch_size, -1
+        )
+        if generation_config.do_sample:
+            topk_indices = torch.multinomial(nn.functional.softmax(accumulated, dim=-1), num_samples=beams_to_keep)
+            topk_log_probs = torch.gather(accumulated, 1, topk_indices)
+            topk_log_probs, order = topk_log_probs.sort(dim=-1, descending=True)
+            topk_indices = topk_indices.gather(-1, order)
+        else:
+            topk_log_probs, topk_indices = torch.topk(accumulated, k=beams_to_keep)
+        topk_beams = topk_indices // vocab_size
+        topk_running_beam_indices = _gather(running_beam_indices, topk_beams)
+        topk_running_sequences = _gather(running_sequences, topk_beams)
+        topk_running_sequences[:, :, cur_len] = topk_indices % vocab_size
+        batch_offset = torch.arange(batch_size, device=device).reshape(-1, 1) * num_beams
+        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_beams + batch_offset
+        stops = stopping_criteria(
+            topk_running_sequences[:, :, : cur_len + 1].reshape(batch_size * beams_to_keep, -1),
+            tuple(all_scores) if want["scores"] else None,
+        ).reshape(batch_size, beams_to_keep)
+
+        # The best num_beams continuations that did not stop run on.
+        running_log_probs = topk_log_probs + stops.to(torch.float32) * -1.0e9
+        next_indices = torch.topk(running_log_probs, k=num_beams)[1]
+        running_sequences = _gather(topk_running_sequences, next_indices)
+        running_beam_scores = _gather(running_log_probs, next_indices)
+        running_beam_indices = _gather(topk_running_beam_indices, next_indices)
+
+        # Finished: the stopped ones among the top num_beams, scored log P / lp(|Y|) (GNMT, the one change), merged
+        # with the earlier finished ones; none is added to a full sentence (early_stopping=True) or one that
+        # cannot improve.
+        just_finished = stops & top_num_beam_mask[None, :]
+        finished_scores = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, alpha)
+        full = torch.all(is_sent_finished, dim=-1, keepdim=True) & (early_stopping is True)
+        finished_scores = finished_scores + full.to(torch.float32) * -1.0e9
+        finished_scores = finished_scores + (~can_improve).to(torch.float32) * -1.0e9
+        finished_scores = finished_scores + (~just_finished) * -1.0e9
+        merged_scores = torch.cat((beam_scores, finished_scores), dim=1)
+        best = torch.topk(merged_scores, k=num_beams)[1]
+        sequences = _gather(torch.cat((sequences, topk_running_sequences), dim=1), best)
+        beam_scores = _gather(merged_scores, best)
+        beam_indices = _gather(torch.cat((beam_indices, topk_running_beam_indices), dim=1), best)
+        is_sent_finished = _gather(torch.cat((is_sent_finished, just_finished), dim=1), best)
+
+        if model_kwargs.get(CACHE_NAME) is not None:
+            beam_idx = running_beam_indices[..., cur_len - decoder_prompt_len].reshape(-1)
+            reorder = getattr(model, "_reorder_cache", None)  # the model's own (faster) reordering, if it has one
+            if reorder is not None:
+                model_kwargs[CACHE_NAME] = reorder(model_kwargs[CACHE_NAME], beam_idx)
+            else:
+                model_kwargs[CACHE_NAME].reorder_cache(beam_idx)
+        cur_len += 1
+        # transformers' bound on what the best running beam can still score (its length: now, or the maximum for
+        # "never" with a positive α), under the same penalty.
+        best_length = max_length if early_stopping == "never" and alpha > 0.0 else cur_len
+        best_possible = running_beam_scores[:, :1] / gnmt_length_penalty(best_length - decoder_prompt_len, alpha)
+        worst_finished = torch.where(is_sent_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
+        can_improve = can_improve & torch.any(best_possible > worst_finished, dim=-1, keepdim=True)
+        open_beam = ~(torch.all(is_sent_finished) & (early_stopping is True))
+        this_peer_finished = not bool(torch.any(can_improve) & open_beam & ~torch.all(stops))
+        flat_running_sequences = running_sequences[:, :, :cur_len].reshape(batch_size * num_beams, -1)
+
+    # The best num_return_sequences finished hypotheses of each sentence, cropped to the longest one kept.
+    returned = generation_config.num_return_sequences
+    sequences = sequences[:, :returned].reshape(batch_size * returned, -1)
+    beam_scores = beam_scores[:, :returned].reshape(-1)
+    beam_indices = beam_indices[:, :returned].reshape(batch_size * returned, -1)
+    generated = int((beam_indices + 1).bool().sum(dim=1).max())
+    sequences, beam_indices = sequences[:, : decoder_prompt_len + generated], beam_indices[:, :generated]
+    if not return_dict:
+        return sequences
+    encoder_outputs = model_kwargs["encoder_outputs"]
+    return GenerateBeamEncoderDecoderOutput(
+        sequences=sequences,
+        sequences_scores=beam_scores if want["scores"] else None,
+        scores=tuple(all_scores) if want["scores"] else None,
+        logits=tuple(raw_logits) if want["logits"] else None,
+        beam_indices=beam_indices,
+        encoder_attentions=encoder_outputs.get("attentions") if want["attentions"] else None,
+        encoder_hidden_states=encoder_outputs.get("hidden_states") if want["hidden_states"] else None,
+        decoder_attentions=tuple(decoder_attentions) if want["attentions"] else None,
+        cross_attentions=tuple(cross_attentions) if want["attentions"] else None,
+        decoder_hidden_states=tuple(decoder_hidden_states) if want["hidden_states"] else None,
+        **{CACHE_NAME: model_kwargs.get(CACHE_NAME)},
+    )
+
+
 class PaperGenerationMixin(GenerationMixin):
     """`GenerationMixin` plus the §6.1 decoding controls `length_penalty_type` and `max_new_tokens_offset`
     (module docstring). Without them, `generate` is transformers' own: greedy, sampling, beam search,
-    `num_return_sequences`, caching all behave as usual."""
+    `num_return_sequences`, caching all behave as usual, except that an unset length is §6.1's per-example limit."""
 
     def generate(
         self,
@@ -190,34 +401,57 @@ class PaperGenerationMixin(GenerationMixin):
     ) -> Any:
         """`GenerationMixin.generate` with the paper-decoding fields read from kwargs, then `generation_config`,
         then `self.generation_config`. With `max_new_tokens_offset`, the call's `max_new_tokens` becomes the largest
-        per-example limit unless `max_new_tokens` / `max_length` are passed, which then cap every example."""
-        penalty_type = _setting("length_penalty_type", kwargs, generation_config, self.generation_config) or "hf"
-        offset = _setting("max_new_tokens_offset", kwargs, generation_config, self.generation_config)
+        per-example limit unless `max_new_tokens` / `max_length` are passed, which then cap every example. With
+        `length_penalty_type="gnmt"`, beam search (and beam sampling) runs `gnmt_beam_search` unless the call passes
+        its own `custom_generate`."""
+        configs = (generation_config, self.generation_config)
+        penalty_type = _setting("length_penalty_type", kwargs, *configs) or "hf"
         if penalty_type not in LENGTH_PENALTY_TYPES:
             raise ValueError(
                 f"`length_penalty_type` must be one of {LENGTH_PENALTY_TYPES}, got {penalty_type!r}. Use 'gnmt' for "
                 "the paper's ((5 + |Y|) / 6)^α or 'hf' for transformers' |Y|^α."
             )
-        if penalty_type == "gnmt" and not hasattr(GenerationMixin, "_update_finished_beams"):
-            raise NotImplementedError(
-                "length_penalty_type='gnmt' hooks transformers' beam search (`_update_finished_beams`), which this "
-                "transformers version lacks. Install transformers>=5.23,<5.25 or use length_penalty_type='hf'."
-            )
+        offset = self._length_offset(inputs, configs, kwargs)
         if offset is not None:
             generation_config, logits_processor = self._limit_by_source_length(
                 offset, inputs, generation_config, logits_processor, kwargs
             )
-        token = _GNMT_PENALTY.set(penalty_type == "gnmt")
-        try:
-            return super().generate(
-                inputs,
-                generation_config=generation_config,
-                logits_processor=logits_processor,
-                stopping_criteria=stopping_criteria,
-                **kwargs,
-            )
-        finally:
-            _GNMT_PENALTY.reset(token)
+        if penalty_type == "gnmt" and kwargs.get("custom_generate") is None and self._searches_beams(configs, kwargs):
+            kwargs["custom_generate"] = gnmt_beam_search
+            synced_gpus = kwargs.pop("synced_gpus", None)
+            kwargs["gnmt_synced_gpus"] = synced_gpus_default(self) if synced_gpus is None else synced_gpus
+        return super().generate(
+            inputs,
+            generation_config=generation_config,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            **kwargs,
+        )
+
+    def _length_offset(
+        self, inputs: torch.Tensor | None, configs: tuple[GenerationConfig | None, ...], kwargs: dict[str, Any]
+    ) -> int | None:
+        """`max_new_tokens_offset` (popped from kwargs); when no length is set anywhere (`max_new_tokens_offset=None`
+        passed counts as set) and the call has a source, §6.1's 50."""
+        passed = "max_new_tokens_offset" in kwargs
+        offset = _setting("max_new_tokens_offset", kwargs, *configs)
+        lengths = [_setting(name, kwargs, *configs, pop=False) for name in LENGTH_FIELDS]
+        if offset is not None or passed or any(length is not None for length in lengths):
+            return offset
+        has_source = inputs is not None or any(
+            kwargs.get(name) is not None for name in ("input_ids", "inputs_embeds", "encoder_outputs")
+        )
+        return PAPER_MAX_NEW_TOKENS_OFFSET if has_source else None
+
+    def _searches_beams(self, configs: tuple[GenerationConfig | None, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether generate() will run beam search or beam sampling (the modes `_beam_search` serves), by the fields
+        that choose the mode, resolved as generate() resolves them."""
+        num_beams = _setting("num_beams", kwargs, *configs, pop=False) or 1
+        groups = _setting("num_beam_groups", kwargs, *configs, pop=False) or 1
+        constrained = any(
+            _setting(name, kwargs, *configs, pop=False) is not None for name in ("constraints", "force_words_ids")
+        )
+        return num_beams > 1 and groups == 1 and not constrained
 
     def _limit_by_source_length(
         self,
@@ -251,47 +485,23 @@ class PaperGenerationMixin(GenerationMixin):
             generation_config.max_new_tokens = int(limits.max())
         elif not capped:
             kwargs["max_new_tokens"] = int(limits.max())
+            if self.generation_config.max_length is not None:
+                # E.g. the max_length 20 that Seq2SeqTrainer's evaluation writes into the model's config: the
+                # per-example limit takes precedence, as max_new_tokens does in transformers, without its warning
+                # that both are set.
+                kwargs["max_length"] = None
         return generation_config, logits_processor
-
-    def _update_finished_beams(self, *, cur_len: int, decoder_prompt_len: int, length_penalty: float, **kwargs: Any):
-        # transformers scores a hypothesis finishing now as log P / |Y| ** length_penalty, |Y| = cur_len + 1 - prompt.
-        if _GNMT_PENALTY.get():
-            length_penalty = gnmt_exponent(cur_len + 1 - decoder_prompt_len, length_penalty)
-        return super()._update_finished_beams(
-            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty, **kwargs
-        )
-
-    def _check_early_stop_heuristic(
-        self,
-        *,
-        cur_len: int,
-        max_length: int,
-        decoder_prompt_len: int,
-        early_stopping: bool | str,
-        length_penalty: float,
-        **kwargs: Any,
-    ):
-        # The bound on what a running beam can still score uses the same penalty; |Y| as transformers chooses it.
-        if _GNMT_PENALTY.get():
-            never_and_positive = early_stopping == "never" and length_penalty > 0.0
-            length = (max_length if never_and_positive else cur_len) - decoder_prompt_len
-            length_penalty = gnmt_exponent(length, length_penalty)
-        return super()._check_early_stop_heuristic(
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
 
 
 __all__ = [
     "LENGTH_PENALTY_TYPES",
+    "PAPER_MAX_NEW_TOKENS_OFFSET",
     "PaperGenerationMixin",
     "SourceLengthLogitsProcessor",
-    "gnmt_exponent",
+    "all_peers_finished",
+    "gnmt_beam_search",
     "gnmt_length_penalty",
     "paper_generation_config",
     "source_lengths",
+    "synced_gpus_default",
 ]

@@ -12,7 +12,6 @@ package (`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at loa
 
 import math
 import os
-import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -48,7 +47,6 @@ from .input_checks import (
 )
 from .label_smoothed_loss import linear_label_smoothed_cross_entropy
 
-PIPELINE_FILE = "pipeline_vanilla_translation.py"
 # transformers 5.24 renamed the outputs' `past_key_values` field to `cache`; the old name still works there but logs a
 # deprecation warning on every run, so outputs are built and read under the installed version's name.
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
@@ -458,14 +456,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 "config.json belongs to these weights, or pass strict=False to initialise/drop them knowingly."
             )
         return (model, info) if want_info else model
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
-        """`PreTrainedModel.save_pretrained`, plus the translation pipeline file next to the code files, so that
-        `pipeline("translation", model=dir, trust_remote_code=True)` works where this package is not installed."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        pipeline_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), PIPELINE_FILE)
-        if os.path.isfile(pipeline_file) and "auto_map" in self.config.to_dict():
-            shutil.copy(pipeline_file, os.path.join(save_directory, PIPELINE_FILE))
 
 
 class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):

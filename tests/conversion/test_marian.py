@@ -29,6 +29,8 @@ from conversion import marian
 from conversion.__main__ import main
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cli import main as main_cli
+from hf_vanilla_transformer.files import MANIFEST
+from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 
 from ..conftest import VOCAB, tiny_model, tiny_tokenizer
 
@@ -259,6 +261,41 @@ def test_export_without_tokenizer_needs_keep_token_ids(tmp_path: Path) -> None:
     assert not (tmp_path / "marian" / "tokenizer.json").exists()
 
 
+def test_exported_marian_generates_long_sentences_like_ours(tmp_path: Path) -> None:
+    """The export carries a length limit: a plain `MarianMTModel.generate()` reproduces our greedy tokens past
+    transformers' default of 20, up to our own limit (source length + 50, where ours forces EOS)."""
+    model = tiny_model(seed=1, init_std=0.2, lm_head_bias=True)
+    with torch.no_grad():
+        model.lm_head.bias[2] = -30.0  # EOS never wins: outputs run to the limit
+    model.generation_config = paper_generation_config(model.config)
+    save_ours(model, tmp_path / "ours")
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    generation = json.loads((tmp_path / "marian" / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"], generation["max_length"]) == (4, 0.6, 64)
+    assert "max_new_tokens" not in generation and "length_penalty_type" not in generation
+
+    batch = tiny_tokenizer()(SOURCES, return_tensors="pt", padding=True)
+    ours = model.generate(**batch, num_beams=1)
+    new_id = marian.pad_last_order(VOCAB, 1).argsort()  # ours -> Marian
+    exported = MarianMTModel.from_pretrained(tmp_path / "marian").eval()
+    theirs = exported.generate(input_ids=new_id[batch.input_ids], attention_mask=batch.attention_mask, num_beams=1)
+    for row, sequence in enumerate(ours.tolist()):
+        generated = sequence[1 : sequence.index(2)]  # up to our EOS, forced at source length + 50
+        assert len(generated) == int(batch.attention_mask[row].sum()) + 49 > 20
+        assert theirs[row, 1 : 1 + len(generated)].tolist() == new_id[generated].tolist(), row
+
+
+def test_exported_card_says_what_of_section_6_1_is_lost(tmp_path: Path) -> None:
+    model = tiny_model()
+    model.generation_config = paper_generation_config(model.config)
+    save_ours(model, tmp_path / "ours")
+    marian.export(export_args(tmp_path / "ours", tmp_path / "marian"))
+    card = " ".join((tmp_path / "marian" / "README.md").read_text().split())
+    assert "Of §6.1's decoding it cannot express: GNMT's length penalty ((5 + |Y|) / 6)^α becomes" in card
+    assert "the per-sentence limit (source length + 50, EOS forced there) becomes the fixed `max_length` 64" in card
+    assert "CTranslate2 reads no generation config" in card and "no limit relative to the source length" in card
+
+
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m conversion to-marian SRC OUT` and `python -m conversion marian SRC OUT`; refusals exit 2."""
     save_ours(tiny_model(), tmp_path / "ours")
@@ -401,7 +438,8 @@ def test_imported_opus_folder_pushes_every_tokenizer_file(
     marian.convert(import_args(opus_folder, output))
     assert main_cli(["push", str(output), "me/opus-imported"]) == 0, capsys.readouterr().err
     ((_, _, added, _),) = state.commits
-    assert set(added) == {path.relative_to(output).as_posix() for path in output.rglob("*") if path.is_file()}
+    written = {path.relative_to(output).as_posix() for path in output.rglob("*") if path.is_file()}
+    assert set(added) == written - {MANIFEST}  # the package's manifest stays local
     assert {"source.spm", "target.spm", "vocab.json", "tokenizer_config.json"} <= set(added)
     downloaded = AutoTokenizer.from_pretrained("me/opus-imported")
     assert downloaded(TEXT).input_ids == AutoTokenizer.from_pretrained(opus_folder)(TEXT).input_ids
