@@ -46,7 +46,9 @@ class Recipe:
     label_smoothing: float = 0.1  # ε_ls, §5.4
     dropout: float | None = None  # P_drop; None: the preset's
     bf16: str = "no"
-    torch_compile: str = "no"  # "auto": compiling.compile_wins' rule
+    # "no" in every recipe: compiling slowed training on a 2-core CPU (0.68-0.90x eager, docs/results.md "Compiled
+    # training"); "auto" (compiling.compile_wins) compiles on a GPU only.
+    torch_compile: str = "no"
     max_time: float | None = None
     max_steps: int | None = None
     epochs: int | None = None
