@@ -76,6 +76,20 @@ def translate(
     return [best.text for best, *_ in hypotheses]
 
 
+def source_token_counts(tokenizer: Any, sources: list[str], limit: int) -> list[int]:
+    """The tokens of each source, `</s>` included, with one warning that counts the sources longer than `limit`,
+    which decoding cuts to `limit`."""
+    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    cut = [length for length in lengths if length > limit]
+    if cut:
+        logger.warning(
+            f"{len(cut)} of {len(sources)} sources are longer than {limit} tokens (the longest has {max(cut)}) and "
+            f"are cut to {limit}: their translations cover only the start. Split long lines into sentences, or "
+            f"raise the limit (`max_input_tokens`)."
+        )
+    return lengths
+
+
 def translate_n_best(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -105,15 +119,7 @@ def translate_n_best(
         generation_kwargs["num_return_sequences"] = n_best
     if scores:
         generation_kwargs |= {"return_dict_in_generate": True, "output_scores": True}
-    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
-    cut = [length for length in lengths if length > max_input_tokens]
-    if cut:
-        logger.warning(
-            f"{len(cut)} of {len(sources)} sources are longer than {max_input_tokens} tokens (the longest has "
-            f"{max(cut)}) and are cut to {max_input_tokens}: their translations cover only the start. Split long "
-            f"lines into sentences, or raise the limit (`max_input_tokens`)."
-        )
-    lengths = [min(length, max_input_tokens) for length in lengths]
+    lengths = [min(length, max_input_tokens) for length in source_token_counts(tokenizer, sources, max_input_tokens)]
     order = sorted(range(len(sources)), key=lambda index: -lengths[index])
     hypotheses: list[list[Hypothesis]] = [[] for _ in sources]
     model.eval()
@@ -250,6 +256,7 @@ __all__ = [
     "evaluate_translations",
     "out_of_domain_translation",
     "score_translations",
+    "source_token_counts",
     "translate",
     "translate_n_best",
     "write_results_json",

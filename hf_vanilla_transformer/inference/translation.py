@@ -27,7 +27,7 @@ from ..errors import OptionError
 from ..files import existing_file, writable_file
 from . import evaluation
 from .attention_maps import eager_attention
-from .evaluation import evaluate_translations, translate_n_best, write_results_json
+from .evaluation import evaluate_translations, source_token_counts, translate_n_best, write_results_json
 from .loading import check_precisions, load_model, load_tokenizer, model_folder, trained_languages
 
 logger = logging.get_logger(__name__)
@@ -302,14 +302,7 @@ class Translator:
         tokenizer, batch_size = self.tokenizer, self.options.batch_size
         # A tokenizer saved without a limit reports transformers' VERY_LARGE_INTEGER (1e30): no cut then.
         limit = self.options.max_input_tokens or min(tokenizer.model_max_length, 2**31 - 1)
-        lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]
-        cut = [length for length in lengths if length > limit]
-        if cut:
-            logger.warning(
-                f"{len(cut)} of {len(sources)} sources are longer than {limit} tokens (the longest has {max(cut)}) "
-                f"and are cut to {limit}: their translations cover only the start. Split long lines into sentences, "
-                f"or raise the limit (`max_input_tokens`)."
-            )
+        lengths = source_token_counts(tokenizer, sources, limit)
         prefix_ids = tokenizer(text_target=prefixes, add_special_tokens=False)["input_ids"]
         # The decoder numbers positions from its first token and has no padding mask for a prompt, so prompts of
         # different lengths cannot share a batch: batches of one prefix length, longest sources first.
