@@ -27,7 +27,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,22 @@ class CommandLineError(ValueError):
     """An error the command line words itself (in flags): not reworded as the library's errors are."""
 
 
+def _checked(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
+    """An argparse `type`: `convert(text)` if it parses and `accepts` it, else the error "must be WORDING, got
+    'TEXT'"."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _duration(text: str) -> float:
     from .training.options import parse_duration
 
@@ -62,34 +78,13 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+_positive_int = _checked(int, lambda value: value >= 1, "a positive integer")
 
 
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
-    return value
+_probability = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+_positive_float = _checked(float, lambda value: value > 0, "a positive number")
 
 
 def _duration_text(seconds: float) -> str:
@@ -687,24 +682,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- translate
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
+_non_negative_int = _checked(int, lambda value: value >= 0, "a non-negative integer")
 
 
-def _top_p(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
-    return value
+_top_p = _checked(float, lambda value: 0.0 < value <= 1.0, "a number in (0, 1]")
 
 
 def _add_translate_parser(subparsers: Any) -> None:
@@ -985,14 +966,7 @@ def run_attention(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- serve
 
 
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of milliseconds >= 0, got {text!r}")
-    return value
+_milliseconds = _checked(float, lambda value: 0 <= value < float("inf"), "a number of milliseconds >= 0")
 
 
 def _add_serve_parser(subparsers: Any) -> None:
