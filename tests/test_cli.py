@@ -647,6 +647,19 @@ def test_interrupted_train_says_where_the_run_stands(capsys, monkeypatch, tmp_pa
     )
 
 
+def test_a_file_written_after_the_start_is_never_older_than_the_start(tmp_path) -> None:
+    """The start time `train` compares checkpoints with is on the file system's clock: a file written right after
+    it is never stamped earlier (time.time() is ahead of Linux's file stamps by up to a tick, which once made a
+    run's own checkpoint look like an earlier run's)."""
+    from hf_vanilla_transformer import cli
+
+    path = tmp_path / "written"
+    for _ in range(2000):
+        started = cli._file_clock()
+        path.write_bytes(b"")
+        assert path.stat().st_mtime >= started
+
+
 # ------------------------------------------------------------------------------------------- issue 34: arguments
 
 
