@@ -230,6 +230,31 @@ def test_gnmt_beam_search_keeps_sharded_processes_in_step(monkeypatch: pytest.Mo
     assert flags[-1] == 0.0 and set(flags[:-1]) == {1.0}
 
 
+def test_a_streamer_is_refused_by_gnmt_beam_search_as_by_transformers_beam_search() -> None:
+    """A streamer gets nothing from beam search: transformers' own beam search refuses it, and so does the GNMT
+    loop (a custom loop would otherwise drop it silently); greedy decoding streams every new token."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class Collect(BaseStreamer):
+        def __init__(self) -> None:
+            self.tokens: list[list[int]] = []
+
+        def put(self, value: torch.Tensor) -> None:
+            self.tokens.append(value.reshape(-1).tolist())
+
+        def end(self) -> None:
+            self.tokens.append([])
+
+    model, batch = tiny_model(), random_batch(batch=1, src_len=6)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "max_new_tokens": 5}
+    for penalty_type in ("gnmt", "hf"):
+        with pytest.raises(ValueError, match="`streamer` cannot be used with beam search"):
+            model.generate(**inputs, num_beams=4, length_penalty_type=penalty_type, streamer=Collect())
+    streamer = Collect()
+    output = model.generate(**inputs, num_beams=1, length_penalty_type="gnmt", streamer=streamer)
+    assert [token for step in streamer.tokens for token in step] == output[0].tolist() and streamer.tokens[-1] == []
+
+
 def never_ending(**generate_kwargs: object) -> dict[str, object]:
     """EOS (and padding) suppressed, so every row runs to its length limit, where EOS is forced."""
     return {"suppress_tokens": [EOS, PAD], **generate_kwargs}

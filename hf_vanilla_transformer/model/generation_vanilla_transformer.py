@@ -417,6 +417,11 @@ class PaperGenerationMixin(GenerationMixin):
                 offset, inputs, generation_config, logits_processor, kwargs
             )
         if penalty_type == "gnmt" and kwargs.get("custom_generate") is None and self._searches_beams(configs, kwargs):
+            if kwargs.get("streamer") is not None:  # generate() would hand the streamer nothing from a custom loop
+                raise ValueError(
+                    "`streamer` cannot be used with beam search (as in transformers' own beam search). Make sure "
+                    "that `num_beams` is set to 1."
+                )
             kwargs["custom_generate"] = gnmt_beam_search
             synced_gpus = kwargs.pop("synced_gpus", None)
             kwargs["gnmt_synced_gpus"] = synced_gpus_default(self) if synced_gpus is None else synced_gpus
