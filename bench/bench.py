@@ -985,7 +985,8 @@ def section_loss_curve(size: dict[str, int], steps: int) -> dict[str, Any]:
 MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
-def environment(threads: int) -> dict[str, Any]:
+def host_cpu() -> tuple[str, list[str]]:
+    """The CPU's model name and which of MATRIX_FLAGS it has (from /proc/cpuinfo where there is one)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -999,6 +1000,11 @@ def environment(threads: int) -> dict[str, Any]:
         flags = [flag for flag in MATRIX_FLAGS if flag in present]
     except (OSError, StopIteration):
         pass
+    return cpu, flags
+
+
+def environment(threads: int) -> dict[str, Any]:
+    cpu, flags = host_cpu()
     try:
         import ctranslate2
 

@@ -471,7 +471,7 @@ class WebDriver:
 
     def __init__(self, url: str) -> None:
         self.http = httpx.Client(base_url=url, timeout=120)
-        options = {"binary": CHROMIUM, "args": ["--headless=new", "--no-sandbox", "--window-size=1100,900"]}
+        options = {"binary": CHROMIUM, "args": ["--headless=new", "--no-sandbox", "--window-size=1100,1100"]}
         options["args"] += ["--disable-gpu", "--disable-dev-shm-usage"]
         capabilities = {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": options}}
         self.session = self.command("POST", "/session", {"capabilities": capabilities})["sessionId"]
