@@ -50,6 +50,9 @@ CONFIGS: dict[str, dict[str, int]] = {
 MODELS = ("ours", "marian")
 # Training steps eager and compiled (torch.compile, inductor), where compiling works here (--no-compile; set in main).
 MODES: tuple[str, ...] = ("eager", "compiled")
+# torch.compile's `dynamic` for the train section (--compile-shapes; set in main): None = automatic dynamic shapes
+# (what `train --torch-compile` gets), False = one graph per batch shape, with kernels for its fixed sizes.
+COMPILE_DYNAMIC: bool | None = None
 DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
 # Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md).
@@ -429,7 +432,7 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
         for mode in MODES:
             models = build_models(size)
             for name in MODELS:
-                model = torch.compile(models[name]) if mode == "compiled" else models[name]
+                model = torch.compile(models[name], dynamic=COMPILE_DYNAMIC) if mode == "compiled" else models[name]
                 key = f"{name}/{dtype}" if mode == "eager" else f"{name}_compiled/{dtype}"
                 fns[key] = train_steps(model, batches, dtype)
                 if mode == "compiled":
@@ -446,7 +449,13 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
     }
     tokens = sum(b.target_tokens for b in batches)
     flops = sum(train_flops(size, b.input_ids.shape[0], b.input_ids.shape[1], b.labels.shape[1]) for b in batches)
-    result: dict[str, Any] = {"target_tokens": tokens, "flops": flops, "batches": len(batches), "modes": MODES}
+    result: dict[str, Any] = {
+        "target_tokens": tokens,
+        "flops": flops,
+        "batches": len(batches),
+        "modes": MODES,
+        "compile_shapes": "dynamic" if COMPILE_DYNAMIC is None else "static",
+    }
     names = [*MODELS, *(f"{name}_compiled" for name in MODELS if "compiled" in MODES)]
     for dtype in DTYPES:
         ceiling_per_shape = {shape: summary(values) for shape, values in rates[dtype].items()}
@@ -1183,6 +1192,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="train and memory sections: eager only (by default also under torch.compile, where inductor works)",
     )
+    parser.add_argument(
+        "--compile-shapes",
+        choices=("dynamic", "static"),
+        default="dynamic",
+        help="train section: dynamic = torch's automatic dynamic shapes (what `train --torch-compile` gets); static "
+        "= one graph per batch shape (torch.compile(dynamic=False)), to see whether kernels for fixed sizes win",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
@@ -1190,7 +1206,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
-    global DEVICE, ATTENTION, DTYPES, MODES
+    global DEVICE, ATTENTION, DTYPES, MODES, COMPILE_DYNAMIC
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
     torch.set_num_threads(args.threads)
@@ -1210,6 +1226,11 @@ def main(argv: list[str] | None = None) -> None:
     sections = [s for s in args.sections if bf16 or s != "loss_curve"]  # bf16 against fp32: nothing to compare
     failure = None if args.no_compile else compile_failure(DEVICE)
     MODES = ("eager",) if args.no_compile or failure else ("eager", "compiled")
+    COMPILE_DYNAMIC = None if args.compile_shapes == "dynamic" else False
+    if COMPILE_DYNAMIC is False:
+        # A graph per shape, per model and dtype, all under transformers' one forward wrapper: past dynamo's default
+        # limit of 8 graphs per function the rest would run eagerly and pass for compiled rows.
+        torch._dynamo.config.recompile_limit = 64
     if failure:
         print(f"eager only: torch.compile cannot work here ({failure})", flush=True)
 
