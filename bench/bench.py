@@ -994,8 +994,9 @@ def section_loss_curve(size: dict[str, int], steps: int) -> dict[str, Any]:
 MATRIX_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
-def host_cpu() -> tuple[str, list[str]]:
-    """The CPU's model name and which of MATRIX_FLAGS it has (from /proc/cpuinfo where there is one)."""
+def host() -> dict[str, Any]:
+    """The machine and software a measurement ran on: the CPU's model name and which of MATRIX_FLAGS it has (from
+    /proc/cpuinfo where there is one), the versions, the time and the load average at the start."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -1009,11 +1010,20 @@ def host_cpu() -> tuple[str, list[str]]:
         flags = [flag for flag in MATRIX_FLAGS if flag in present]
     except (OSError, StopIteration):
         pass
-    return cpu, flags
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_flags": " ".join(flags),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+    }
 
 
 def environment(threads: int) -> dict[str, Any]:
-    cpu, flags = host_cpu()
+    """`host()` with what the bench's measurements also depend on: CTranslate2, the device, threads, attention."""
     try:
         import ctranslate2
 
@@ -1021,18 +1031,11 @@ def environment(threads: int) -> dict[str, Any]:
     except ImportError:
         ct2_version = "not installed"
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpu_flags": " ".join(flags),
+        **host(),
         "ctranslate2": ct2_version,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
         "device": torch.cuda.get_device_name() if DEVICE.type == "cuda" else "cpu",
         "threads": threads,
         "attn_implementation": ATTENTION,
-        "load_average_at_start": os.getloadavg(),
     }
 
 

@@ -22,12 +22,9 @@ the host. Run it with nothing else on the machine.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gzip
 import itertools
 import json
-import os
-import platform
 import re
 import shlex
 import signal
@@ -40,11 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import torch
-import transformers
 from transformers.utils import logging as transformers_logging
 
-from bench.bench import host_cpu
+from bench.bench import host
 from hf_vanilla_transformer.inference.evaluation import translate_n_best
 from hf_vanilla_transformer.inference.loading import load_model, load_tokenizer
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
@@ -171,17 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a check: 24 requests at 1 and 4 clients")
     parser.add_argument("--json", type=Path, help="write the results to this file")
     args = parser.parse_args(argv)
-    cpu, flags = host_cpu()
-    host = {
-        "cpu": cpu,
-        "cpu_flags": " ".join(flags),
-        "cpu_count": os.cpu_count(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "load_average_at_start": os.getloadavg(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
+    started_on = host()
     transformers_logging.disable_progress_bar()  # no bar for loading the weights between the report's lines
     if args.quick:
         args.requests, args.clients = 24, [1, 4]
@@ -254,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"server peak memory {peak:.0f} MiB; exit status after SIGTERM {status}")
     results = {
-        "host": host,
+        "host": started_on,
         "settings": {
             "requests": args.requests,
             "clients": args.clients,
