@@ -53,6 +53,9 @@ MODES: tuple[str, ...] = ("eager", "compiled")
 # torch.compile's `dynamic` for the train section (--compile-shapes; set in main): None = automatic dynamic shapes
 # (what `train --torch-compile` gets), False = one graph per batch shape, with kernels for its fixed sizes.
 COMPILE_DYNAMIC: bool | None = None
+# torch.compile's `mode` for the train section (--compile-mode; set in main): "default", or "max-autotune", which times
+# inductor's GEMM templates (C++ with AMX micro-kernels on the CPU) against ATen's for each shape while compiling.
+COMPILE_MODE = "default"
 DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
 # Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md).
@@ -432,7 +435,9 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
         for mode in MODES:
             models = build_models(size)
             for name in MODELS:
-                model = torch.compile(models[name], dynamic=COMPILE_DYNAMIC) if mode == "compiled" else models[name]
+                model = models[name]
+                if mode == "compiled":
+                    model = torch.compile(model, dynamic=COMPILE_DYNAMIC, mode=COMPILE_MODE)
                 key = f"{name}/{dtype}" if mode == "eager" else f"{name}_compiled/{dtype}"
                 fns[key] = train_steps(model, batches, dtype)
                 if mode == "compiled":
@@ -455,6 +460,7 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
         "batches": len(batches),
         "modes": MODES,
         "compile_shapes": "dynamic" if COMPILE_DYNAMIC is None else "static",
+        "compile_mode": COMPILE_MODE,
     }
     names = [*MODELS, *(f"{name}_compiled" for name in MODELS if "compiled" in MODES)]
     for dtype in DTYPES:
@@ -1202,6 +1208,12 @@ def main(argv: list[str] | None = None) -> None:
         help="train section: dynamic = torch's automatic dynamic shapes (what `train --torch-compile` gets); static "
         "= one graph per batch shape (torch.compile(dynamic=False)), to see whether kernels for fixed sizes win",
     )
+    parser.add_argument(
+        "--compile-mode",
+        choices=("default", "max-autotune"),
+        default="default",
+        help="train section: torch.compile's mode; max-autotune also times inductor's GEMM templates for each shape",
+    )
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--memory-worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
@@ -1209,7 +1221,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
-    global DEVICE, ATTENTION, DTYPES, MODES, COMPILE_DYNAMIC
+    global DEVICE, ATTENTION, DTYPES, MODES, COMPILE_DYNAMIC, COMPILE_MODE
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
     torch.set_num_threads(args.threads)
@@ -1230,6 +1242,7 @@ def main(argv: list[str] | None = None) -> None:
     failure = None if args.no_compile else compile_failure(DEVICE)
     MODES = ("eager",) if args.no_compile or failure else ("eager", "compiled")
     COMPILE_DYNAMIC = None if args.compile_shapes == "dynamic" else False
+    COMPILE_MODE = args.compile_mode
     if COMPILE_DYNAMIC is False:
         # A graph per shape, per model and dtype, all under transformers' one forward wrapper: past dynamo's default
         # limit of 8 graphs per function the rest would run eagerly and pass for compiled rows.
