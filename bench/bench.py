@@ -58,8 +58,12 @@ COMPILE_DYNAMIC: bool | None = None
 COMPILE_MODE = "default"
 DTYPES: tuple[str, ...] = ("fp32", "bf16")  # fp32 alone where bf16 is slow (--bf16; set in main)
 BOS, PAD, EOS = 0, 1, 2  # the decoder starts from <pad> in both models (Marian's convention)
-# Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md).
+# Rows x longest side of a batch, as the Multi30k batches of the MarianMTModel reference run (docs/results.md);
+# --token-budget 25000 gives the paper's batches (§5.1) on a GPU. Set in main.
 TOKEN_BUDGET = 4096
+# Dense bf16 tensor-core peaks in FLOP/s, by the device name torch reports, for the MFU of training steps on a GPU
+# (NVIDIA's data sheets: H100 and H200 SXM 989 TFLOP/s); --peak-tflops gives it for other devices.
+PEAK_FLOPS = {"H100 80GB HBM3": 989.4e12, "H200": 989.4e12}
 # Generation makes exactly this many new tokens: max_new_tokens with no EOS (eos_token_id=None) for the PyTorch models,
 # min = max decoding length for CTranslate2. (min_new_tokens would add two logits processors that copy the (rows,
 # vocabulary) scores at every step, 8-12% of a batch-16 call, which a translation does not run.)
@@ -320,9 +324,17 @@ def train_flops(size: dict[str, int], rows: int, source_len: int, target_len: in
     return 6.0 * (encoder + decoder + output)
 
 
-def gemm_shapes(size: dict[str, int], rows: int = TOKEN_BUDGET) -> list[tuple[int, int, int]]:
+def batch_flops(size: dict[str, int], batch: Batch) -> float:
+    """`train_flops` of the batch's sentences without their padding: the sum over rows of their own lengths (the
+    count behind MFU, as in the MarianMTModel H100 reference's "pads excluded")."""
+    sources, targets = batch.attention_mask.sum(1).tolist(), (batch.labels != -100).sum(1).tolist()
+    return sum(train_flops(size, 1, s, t) for s, t in zip(sources, targets, strict=True))
+
+
+def gemm_shapes(size: dict[str, int], rows: int | None = None) -> list[tuple[int, int, int]]:
     """(M, K, N) of the forward GEMMs of a training step on a full token budget: projections, FFN, output layer."""
     d, f, v = size["d_model"], size["ffn"], size["vocab_size"]
+    rows = rows or TOKEN_BUDGET
     return [(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, v)]
 
 
@@ -423,11 +435,14 @@ def check_same_function(size: dict[str, int], batch: Batch) -> float:
     return float((logits[0] - logits[1]).abs().max())
 
 
-def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup: int) -> dict[str, Any]:
+def section_train(
+    size: dict[str, int], batches: list[Batch], reps: int, warmup: int, peak_flops: float | None = None
+) -> dict[str, Any]:
     """Training steps of both models in fp32 and bf16 autocast, eager and (where inductor works, `COMPILE`) under
     `torch.compile` (what `train --torch-compile` and the Trainer's `torch_compile=True` do), interleaved with the
     GEMM suites. A compiled model's first call over the batches (the compile and its recompile: the batches have
-    four shapes) is timed apart, then the warm-up and timed reps run as for eager models."""
+    four shapes) is timed apart, then the warm-up and timed reps run as for eager models. With `peak_flops` (a GPU's
+    dense bf16 peak), each row also has its MFU: FLOPs without padding per second over that peak."""
     fns: dict[str, Callable[[], Any]] = {}
     first_call: dict[str, float] = {}
     graphs: dict[str, int] = {}
@@ -454,9 +469,13 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
     }
     tokens = sum(b.target_tokens for b in batches)
     flops = sum(train_flops(size, b.input_ids.shape[0], b.input_ids.shape[1], b.labels.shape[1]) for b in batches)
+    unpadded_flops = sum(batch_flops(size, b) for b in batches)
     result: dict[str, Any] = {
         "target_tokens": tokens,
         "flops": flops,
+        "flops_without_padding": unpadded_flops,
+        "peak_flops_per_s": peak_flops,
+        "token_budget": TOKEN_BUDGET,
         "batches": len(batches),
         "modes": MODES,
         "compile_shapes": "dynamic" if COMPILE_DYNAMIC is None else "static",
@@ -476,6 +495,8 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
                 "achieved_flops_per_s": flops / statistics.median(seconds),
                 "fraction_of_gemm_ceiling": flops / statistics.median(seconds) / ceiling,
             }
+            if peak_flops:
+                result[dtype][name]["mfu"] = unpadded_flops / statistics.median(seconds) / peak_flops
             if f"{name}/{dtype}" in first_call:
                 result[dtype][name]["first_call_seconds"] = first_call[f"{name}/{dtype}"]
                 result[dtype][name]["graphs"] = graphs[f"{name}/{dtype}"]
@@ -489,7 +510,7 @@ def section_train(size: dict[str, int], batches: list[Batch], reps: int, warmup:
                 result[dtype][f"ratio_{name}_compiled_over_{name}"] = ratio(f"{name}_compiled", name)
             result[dtype]["ratio_ours_compiled_over_marian_compiled"] = ratio("ours_compiled", "marian_compiled")
             result[dtype]["ratio_ours_compiled_over_marian"] = ratio("ours_compiled", "marian")
-    if "bf16" in DTYPES:
+    if DTYPES == ("fp32", "bf16"):
         for name in MODELS:
             result[f"{name}_bf16_over_fp32"] = paired_ratio(times[f"{name}/fp32"], times[f"{name}/bf16"])
     return result
@@ -1094,6 +1115,16 @@ def print_report(results: dict[str, Any]) -> None:
                 f"{row['ours_compiled']['first_call_seconds']:.0f} ({row['ours_compiled']['graphs']} graphs) | "
                 f"{row['marian_compiled']['first_call_seconds']:.0f} ({row['marian_compiled']['graphs']} graphs) | |"
             )
+        if train.get("peak_flops_per_s"):
+            for dtype in DTYPES:
+                row, peak = train[dtype], train["peak_flops_per_s"] / 1e12
+                cells = [
+                    f"{100 * row[name]['mfu']:.1f}%" if name in row else ""
+                    for name in ("ours", "marian", "ours_compiled", "marian_compiled")
+                ]
+                print(f"| train {dtype}: MFU (of {peak:.0f} TFLOP/s), eager | {cells[0]} | {cells[1]} | |")
+                if cells[2]:
+                    print(f"| train {dtype}: MFU (of {peak:.0f} TFLOP/s), compiled | {cells[2]} | {cells[3]} | |")
         if "ours_bf16_over_fp32" in train:
             print(
                 f"| train bf16 / fp32 speed-up | {fmt(train['ours_bf16_over_fp32'], digits=2)} | "
@@ -1155,6 +1186,7 @@ SECTIONS = ("train", "encoder", "generate", "memory", "loss_curve", "decode")
 
 
 def main(argv: list[str] | None = None) -> None:
+    global DEVICE, ATTENTION, DTYPES, MODES, COMPILE_DYNAMIC, COMPILE_MODE, TOKEN_BUDGET
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
@@ -1172,10 +1204,22 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--bf16",
-        choices=("auto", "yes", "no"),
+        choices=("auto", "yes", "no", "only"),
         default="auto",
         help="measure bf16 autocast beside fp32: auto = where this device multiplies bf16 at least 2x as fast as "
-        "fp32 (CPUs with AVX512-BF16/AMX, GPUs; an AVX2-only CPU emulates bf16 ~100x slower than fp32)",
+        "fp32 (CPUs with AVX512-BF16/AMX, GPUs; an AVX2-only CPU emulates bf16 ~100x slower than fp32); only = bf16 "
+        "autocast alone (no fp32 rows)",
+    )
+    parser.add_argument(
+        "--token-budget",
+        type=int,
+        default=TOKEN_BUDGET,
+        help="training batches: at most this many tokens (rows x longest side) on each side; 25000 is the paper's",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="the device's dense bf16 peak, for the MFU of training steps (default: known for H100/H200 GPUs)",
     )
     parser.add_argument(
         "--decode-configs",
@@ -1221,7 +1265,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
-    global DEVICE, ATTENTION, DTYPES, MODES, COMPILE_DYNAMIC, COMPILE_MODE
     DEVICE = torch.device(args.device)
     ATTENTION = args.attn_implementation or ("sdpa" if DEVICE.type == "cuda" else "eager")
     torch.set_num_threads(args.threads)
@@ -1235,10 +1278,17 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(ct2_decode_worker(args.decode_configs, args.reps, args.warmup)))
         return
     malloc = "keep" if args.malloc == "keep" and keep_freed_memory() else "default"
-    bf16, precision = resolve_bf16(args.bf16, DEVICE)
-    DTYPES = ("fp32", "bf16") if bf16 else ("fp32",)
+    bf16, precision = resolve_bf16("yes" if args.bf16 == "only" else args.bf16, DEVICE)
+    DTYPES = ("bf16",) if args.bf16 == "only" else ("fp32", "bf16") if bf16 else ("fp32",)
     print(f"dtypes {', '.join(DTYPES)}: {precision}", flush=True)
-    sections = [s for s in args.sections if bf16 or s != "loss_curve"]  # bf16 against fp32: nothing to compare
+    # bf16 against fp32: nothing to compare without both
+    sections = [s for s in args.sections if len(DTYPES) == 2 or s != "loss_curve"]
+    if args.token_budget < 100:
+        parser.error(f"--token-budget is {args.token_budget}; pass at least 100 tokens (25000 is the paper's)")
+    TOKEN_BUDGET = args.token_budget
+    peak_flops = args.peak_tflops * 1e12 if args.peak_tflops else None
+    if DEVICE.type == "cuda" and peak_flops is None:
+        peak_flops = next((peak for name, peak in PEAK_FLOPS.items() if name in torch.cuda.get_device_name()), None)
     failure = None if args.no_compile else compile_failure(DEVICE)
     MODES = ("eager",) if args.no_compile or failure else ("eager", "compiled")
     COMPILE_DYNAMIC = None if args.compile_shapes == "dynamic" else False
@@ -1262,7 +1312,7 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         print(f"[{section}]", flush=True)
         if section == "train":
-            results[section] = section_train(size, batches, args.reps, args.warmup)
+            results[section] = section_train(size, batches, args.reps, args.warmup, peak_flops)
         elif section == "encoder":
             results[section] = section_encoder(size, batches, args.reps, args.warmup)
         elif section == "generate":

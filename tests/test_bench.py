@@ -1,7 +1,19 @@
-"""The decoding table's bookkeeping (bench/bench.py): CTranslate2 at both of its CPU settings, the comparison with
-the faster one, and the targets it reports. Synthetic times: no model runs here."""
+"""The bench's bookkeeping (bench/bench.py): the decoding table's CTranslate2 at both of its CPU settings, the
+comparison with the faster one and the targets it reports (synthetic times: no model runs here); the FLOPs behind
+the MFU of a training step."""
 
-from bench.bench import DECODE_TARGETS, add_best_ct2_ratios, add_ct2_times, decode_targets, summary
+import torch
+
+from bench.bench import (
+    DECODE_TARGETS,
+    add_best_ct2_ratios,
+    add_ct2_times,
+    batch_flops,
+    decode_targets,
+    make_batch,
+    summary,
+    train_flops,
+)
 
 
 def row(ours_ms: float, marian_ratio: float, bf16_weights_ms: float | None = None) -> dict:
@@ -54,3 +66,21 @@ def test_targets_count_the_rows_that_reach_them() -> None:
     assert bf16["target"].endswith("(this CPU has no AMX)") and bf16["met"] == 1  # 1.4 >= 1.3
     with_amx = next(t for t in decode_targets(decode, "avx512f amx_bf16") if t["target"].startswith("bf16 autocast"))
     assert with_amx["target"].endswith("(this CPU has AMX)") and with_amx["met"] == 0  # 1.1
+
+
+def test_mfu_flops_leave_out_padding() -> None:
+    """batch_flops counts each sentence at its own lengths; checked against the matrix products of one sentence pair
+    counted by hand (2 FLOPs per multiply-accumulate, training = 3x the forward)."""
+    size = dict(vocab_size=100, d_model=8, layers=2, heads=2, ffn=32)
+    d, f, v, n = 8, 32, 100, 2
+
+    def by_hand(s: int, t: int) -> float:
+        encoder = s * (4 * d * d + 2 * d * f) + 2 * s * s * d  # Q K V O, FFN; Q Kᵀ and P V
+        decoder = t * (4 * d * d + 2 * d * f) + 2 * t * t * d  # self-attention and FFN
+        decoder += 2 * t * d * d + 2 * s * d * d + 2 * t * s * d  # cross-attention: Q O; K V of the memory; Q Kᵀ, P V
+        return 3 * 2 * (n * (encoder + decoder) + t * d * v)
+
+    batch = make_batch([5, 3], [4, 6], 100, torch.Generator().manual_seed(0))
+    assert batch_flops(size, batch) == by_hand(5, 4) + by_hand(3, 6)
+    padded = train_flops(size, 2, 5, 6)  # both rows at the longest lengths
+    assert padded == 2 * by_hand(5, 6) and batch_flops(size, batch) < padded
