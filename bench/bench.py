@@ -331,10 +331,9 @@ def batch_flops(size: dict[str, int], batch: Batch) -> float:
     return sum(train_flops(size, 1, s, t) for s, t in zip(sources, targets, strict=True))
 
 
-def gemm_shapes(size: dict[str, int], rows: int | None = None) -> list[tuple[int, int, int]]:
+def gemm_shapes(size: dict[str, int]) -> list[tuple[int, int, int]]:
     """(M, K, N) of the forward GEMMs of a training step on a full token budget: projections, FFN, output layer."""
-    d, f, v = size["d_model"], size["ffn"], size["vocab_size"]
-    rows = rows or TOKEN_BUDGET
+    d, f, v, rows = size["d_model"], size["ffn"], size["vocab_size"], TOKEN_BUDGET
     return [(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, v)]
 
 
@@ -1263,6 +1262,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ct2-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ct2-decode-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.token_budget < 100:
+        parser.error(f"--token-budget is {args.token_budget}; pass at least 100 tokens (25000 is the paper's)")
     if args.quick:
         args.decode_configs, args.reps, args.warmup = ["tiny"], 1, 1
     DEVICE = torch.device(args.device)
@@ -1283,8 +1284,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"dtypes {', '.join(DTYPES)}: {precision}", flush=True)
     # bf16 against fp32: nothing to compare without both
     sections = [s for s in args.sections if len(DTYPES) == 2 or s != "loss_curve"]
-    if args.token_budget < 100:
-        parser.error(f"--token-budget is {args.token_budget}; pass at least 100 tokens (25000 is the paper's)")
     TOKEN_BUDGET = args.token_budget
     peak_flops = args.peak_tflops * 1e12 if args.peak_tflops else None
     if DEVICE.type == "cuda" and peak_flops is None:
