@@ -112,7 +112,9 @@ MULTI30K_1H = replace(
 # `make train-2h`: two hours with warmup 800, which docs/runs/sweep.md chose for ~3,800 updates (runs N and O:
 # val 40.36-40.52 averaged). Measured: test_2016 BLEU 39.38 averaged on an AVX2-only CPU in fp32
 # (docs/runs/multi30k-en-de-2h-epyc-avx2-warmup800: 3,340 updates) and 39.14 on a CPU with bf16 units
-# (docs/runs/multi30k-en-de-2h-epyc-bf16-warmup800: 11,764 updates, last checkpoint 37.90, val 40.36).
+# (docs/runs/multi30k-en-de-2h-epyc-bf16-warmup800: 11,764 updates, last checkpoint 37.90, val 40.36); with the
+# spread averaging it now inherits, 39.71 on an Intel Xeon with AMX (docs/runs/multi30k-en-de-2h-xeon-amx: 8,182
+# updates, last checkpoint 38.25, val 40.50).
 MULTI30K_2H = replace(
     MULTI30K_1H,
     name="multi30k-2h",
