@@ -49,6 +49,16 @@ PROG = "hf-vanilla-transformer"
 PACKAGE_LOGGER = "hf_vanilla_transformer"
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default where it has one: an option without one (None: the recipe's, the folder's, or
+    none) says so in its own help instead of "(default: None)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class CommandLineError(ValueError):
     """An error the command line words itself (in flags): not reworded as the library's errors are."""
 
@@ -235,7 +245,7 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
             "--config FILE reads options and Trainer arguments from a YAML or JSON file, which the command line "
             "overrides. RUN/run_config.json records the resolved configuration: --config it to repeat the run."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument(
         "--recipe",
@@ -639,7 +649,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
         "evaluate",
         help="score a model folder on a test set (sacreBLEU, lowercased BLEU, chrF)",
         description="Translate a test set with the model's own decoding (§6.1 by default) and score it.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument(
@@ -696,7 +706,7 @@ def _add_translate_parser(subparsers: Any) -> None:
         "Lines from stdin or --input are translated in chunks of --batch-size lines, each chunk printed as soon as "
         "it is done (--batch-size 1 for a line-by-line pipe); one output line per input line, in order, a blank "
         "line for a blank line.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
@@ -846,7 +856,7 @@ def _add_average_parser(subparsers: Any) -> None:
             "Average the weights of checkpoints (float32 accumulation) into a Hub-ready model folder. Pass the "
             "checkpoint folders, or one folder of Trainer checkpoints with --last N."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument(
         "checkpoints", nargs="+", help="checkpoint folders (or one folder of checkpoint-* with --last)"
@@ -911,7 +921,7 @@ def _add_curve_parser(subparsers: Any) -> None:
         description="Score the snapshots of `train --curve-every` (RUN_DIR/curve) on Multi30k validation with "
         "greedy decoding; write RUN_DIR/learning_curve.json and RUN_DIR/model/learning_curve.png (with the curves "
         "of --compare-curve FILE beside it, if given).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("run_dir", help="the --output-dir of a `train --curve-every ...` run")
     parser.add_argument("--src-lang", help="default: the run's (results.json) or en")
@@ -978,7 +988,7 @@ def _add_serve_parser(subparsers: Any) -> None:
         "to type sentences and see the translation and its cross-attention. Requests from concurrent clients are "
         "batched into one generate() call. SIGTERM or Ctrl-C: the requests in flight are answered, then exit 0. "
         "Needs the serve extra (pip install -e '.[serve]').",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")

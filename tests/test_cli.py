@@ -44,6 +44,15 @@ def test_help(command, expected, capsys) -> None:
     assert code == 0
     for text in expected:
         assert text in out
+    # An option without a default says so in its own words, not with argparse's "(default: None)".
+    assert "(default: None)" not in out
+
+
+def test_help_shows_real_defaults(capsys) -> None:
+    _, out, _ = run(["train", "--help"], capsys)
+    words = " ".join(out.split())  # argparse wraps lines
+    assert "side (</s> included) (default: 256)" in words  # --max-length
+    assert "decoded greedily (default: multi30k)" in words  # --recipe
 
 
 @pytest.mark.parametrize(
