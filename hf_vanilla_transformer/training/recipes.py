@@ -90,8 +90,9 @@ MULTI30K = Recipe(
 # checkpoint spacing of 10 minutes and a learning curve. Measured (docs/runs/multi30k-en-de-1h-spread): 3,598 updates
 # in bf16 on an EPYC with AVX512-BF16, test_2016 BLEU 39.22 for the spread average below, 38.78 for the last
 # checkpoint (an earlier run with the last 5 epochs averaged, docs/runs/multi30k-en-de-1h: 38.78 / 37.87); on an Intel
-# Xeon with AMX (docs/runs/multi30k-en-de-1h-xeon-amx) 4,343 updates, 39.00 / 38.47. Tried there and rejected on val
-# (docs/runs/sweep.md, "Recipe changes for the one-hour run"): P_drop 0.4, and a 4+4-layer d_model 128 model.
+# Xeon with AMX (docs/runs/multi30k-en-de-1h-xeon-amx) 4,343 updates, 39.00 / 38.47, and 39.32 / 39.29 with --seed 2
+# (docs/runs/multi30k-en-de-1h-xeon-amx-seed2). Tried there and rejected on val (docs/runs/sweep.md, "Recipe changes
+# for the one-hour run"): P_drop 0.4, a 4+4-layer d_model 128 model, and attention and ReLU dropout 0.1.
 # Averaging: 5 checkpoints spread over the last 40% of the run (`--average spread --average-span 40%`: the paper's
 # five 10-minute snapshots at the end of its runs, scaled to the run's length), not the last 5 epochs (the last
 # minutes on a fast host). On Multi30k validation (docs/runs/sweep.md, "The paper's averaging after two hours"):
