@@ -97,6 +97,14 @@ _probability = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0
 _positive_float = _checked(float, lambda value: value > 0, "a positive number")
 
 
+def _share_value(text: str) -> float:
+    text = text.strip()
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
+_share = _checked(_share_value, lambda value: 0 < value <= 1, "a share in (0, 1], as 0.3 or 30%")
+
+
 def _duration_text(seconds: float) -> str:
     """A duration as the command line writes it: 14m, 1h, 1h30m, 90s."""
     hours, rest = divmod(round(seconds), 3600)
@@ -206,6 +214,7 @@ _TRAIN_OPTIONS = (
     "max_length",
     *("max_length_ratio", "preprocessing_workers", "tokenizer_sample"),
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
+    "lr_cooldown",
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
@@ -355,6 +364,13 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         "(default 1.0 = the paper)",
     )
     optim.add_argument("--warmup-steps", type=_positive_int, default=recipe.warmup_steps, help="the paper: 4000")
+    optim.add_argument(
+        "--lr-cooldown",
+        type=_share,
+        default=recipe.lr_cooldown,
+        help="deviation: scale the learning rate linearly down to 0 over this last share of the budget (--max-time, "
+        "else --max-steps), e.g. 30%%; default: the recipe's (the paper has none)",
+    )
     optim.add_argument(
         "--label-smoothing", type=_probability, default=recipe.label_smoothing, help="epsilon_ls (§5.4)"
     )

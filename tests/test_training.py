@@ -304,6 +304,72 @@ def test_optimizer_and_schedule_inside_the_trainer(tmp_path, schedule) -> None:
         trainer.lr_scheduler.step()
 
 
+def remaining_share_factor(remaining: float, cooldown: float) -> float:
+    """The cooldown's factor written out: 1 before the last `cooldown` share of the budget, then the share of the
+    cooldown left."""
+    if remaining >= cooldown:
+        return 1.0
+    return max(remaining, 0.0) / cooldown
+
+
+@pytest.mark.parametrize("schedule", ["paper", "inverse_sqrt"])
+def test_cooldown_over_the_last_share_of_max_steps(tmp_path, schedule) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    lr = 1.0 if schedule == "paper" else 2e-3
+    trainer = make_trainer(
+        tmp_path, model, tokenizer, dataset, lr_schedule=schedule, learning_rate=lr, max_steps=20, lr_cooldown=0.25
+    )
+    trainer.create_optimizer_and_scheduler(num_training_steps=20)
+    rates = []
+    for update in range(1, 21):
+        base = eq3(update, 16, 4) if schedule == "paper" else inverse_sqrt_learning_rate(update, 2e-3, 4)
+        # Before update k, (20 - k + 1) of the 20 updates are left; the last 5 (25%) fall to 1/5, 2/5, ... of 1/5.
+        factor = 1.0 if update <= 15 else (21 - update) / 5
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        assert rates[-1] == pytest.approx(base * factor, rel=1e-9)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+
+
+def test_cooldown_follows_the_wall_clock_of_max_time(tmp_path) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, max_time=100.0, lr_cooldown=0.3)
+    trainer.create_optimizer_and_scheduler(num_training_steps=1000)
+    for update, elapsed in enumerate((0.0, 50.0, 70.0, 79.0, 85.0, 97.0, 100.0, 120.0), start=2):
+        trainer.clock.last_elapsed = elapsed  # what the clock callback sets after each update
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        expected = inverse_sqrt_learning_rate(update, 1e-3, 4) * remaining_share_factor(1 - elapsed / 100, 0.3)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_cooldown_ends_with_a_small_learning_rate_in_a_real_run(tmp_path) -> None:
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(tmp_path, model, tokenizer, dataset, max_steps=12, lr_cooldown=0.5, logging_steps=1)
+    trainer.train()
+    rates = [log["learning_rate"] for log in trainer.state.log_history if "learning_rate" in log]
+    assert len(rates) == 12
+    # The Trainer logs the rate each update used: (12 - k + 1) of the 12 updates are left before update k.
+    for update, rate in enumerate(rates, start=1):
+        expected = inverse_sqrt_learning_rate(update, 1e-3, 4) * remaining_share_factor((13 - update) / 12, 0.5)
+        assert rate == pytest.approx(expected, rel=1e-6)
+    assert rates[-1] == pytest.approx(inverse_sqrt_learning_rate(12, 1e-3, 4) / 6, rel=1e-6)  # 1/12 left of 1/2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"lr_cooldown": 0.0, "max_steps": 10}, "`lr_cooldown` is a share of the training budget in \\(0, 1\\]"),
+        ({"lr_cooldown": 1.5, "max_steps": 10}, "got 1.5"),
+        ({"lr_cooldown": 0.3}, "set `max_time` or `max_steps`, or drop `lr_cooldown`"),
+    ],
+)
+def test_cooldown_refuses_bad_values(tmp_path, overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path), report_to=[], **overrides)
+
+
 def test_training_uses_token_budget_batches_and_logs_tokens_per_second(tmp_path) -> None:
     tokenizer, dataset, model = tiny_setup()
     seen: list[list[int]] = []

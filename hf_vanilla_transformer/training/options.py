@@ -29,6 +29,7 @@ TRAINER_ARGUMENTS_OF_OPTIONS = {
     "lr_schedule": "schedule",
     "learning_rate": "lr",
     "warmup_steps": "warmup_steps",
+    "lr_cooldown": "lr_cooldown",
     "label_smoothing_factor": "label_smoothing",
     "decoder_start_embedding": "decoder_start_embedding",
     "max_tokens": "max_tokens",
@@ -132,6 +133,8 @@ class TrainOptions:
     processes tokenize into a cached Arrow file; a BPE is trained on `tokenizer_sample` sentences at most (a seeded
     sample of the pairs, data.tokenizer_sample).
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
+    `lr_cooldown` (deviation): the share of the budget (`max_time`, else `max_steps`) over whose end the learning rate
+    falls linearly to 0; None: the schedule runs to the end as it is.
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card with file names
     for local paths (model_card.public_command: both are uploaded).
@@ -187,6 +190,7 @@ class TrainOptions:
     schedule: str = DEFAULT_RECIPE.schedule
     lr: float | None = None
     warmup_steps: int = DEFAULT_RECIPE.warmup_steps
+    lr_cooldown: float | None = DEFAULT_RECIPE.lr_cooldown
     label_smoothing: float = DEFAULT_RECIPE.label_smoothing
     max_tokens: int = DEFAULT_RECIPE.max_tokens
     grad_accum: int = 1

@@ -44,6 +44,8 @@ class Recipe:
     save_every: float
     average_last: int
     label_smoothing: float = 0.1  # ε_ls, §5.4
+    # Deviation: a share of the budget at whose end the learning rate falls linearly to 0 (None: the schedule as is).
+    lr_cooldown: float | None = None
     dropout: float | None = None  # P_drop; None: the preset's
     bf16: str = "no"
     # "no" in every recipe: compiling slowed training on a 2-core CPU (0.68-0.90x eager, docs/results.md "Compiled

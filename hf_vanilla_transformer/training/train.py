@@ -271,6 +271,7 @@ def _trainer_arguments(options: TrainOptions, bf16: bool, report_to: list[str]) 
         lr_schedule=options.schedule,
         learning_rate=options.learning_rate(),
         warmup_steps=options.warmup_steps,
+        lr_cooldown=options.lr_cooldown,
         label_smoothing_factor=options.label_smoothing,
         decoder_start_embedding=options.decoder_start_embedding,
         max_tokens=options.max_tokens,
@@ -499,7 +500,9 @@ def build_model(
     logger.info(
         f"Model: {options.preset if init_dir is None else f'from {init_dir}'}, "
         f"{sum(p.numel() for p in model.parameters()):,} parameters; training with {budget}, {options.schedule} "
-        f"schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}), batches of <= "
+        f"schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}"
+        + (f", cooldown over the last {options.lr_cooldown:.0%} of the budget" if options.lr_cooldown else "")
+        + f"), batches of <= "
         f"{options.max_tokens} tokens per side"
     )
     return model
@@ -762,6 +765,7 @@ def _card_inputs(
         "Learning-rate schedule": options.schedule,
         "Learning rate": options.learning_rate(),
         "Warmup steps": options.warmup_steps,
+        "Learning-rate cooldown (share of the budget)": options.lr_cooldown,
         "Label smoothing ε_ls": options.label_smoothing,
         "Tokens per batch and side": options.max_tokens,
         "Gradient accumulation": options.grad_accum,

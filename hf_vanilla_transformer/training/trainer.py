@@ -78,6 +78,13 @@ def inverse_sqrt_learning_rate(step: int, peak_lr: float, warmup_steps: int) -> 
     return peak_lr * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
 
 
+def cooldown_factor(remaining: float, cooldown: float) -> float:
+    """Deviation (`lr_cooldown`, a linear cooldown as in warmup-stable-decay schedules): the factor on the learning
+    rate when `remaining` of the budget is left (1 at the start, 0 at the end), 1 until the last `cooldown` share of
+    the budget, then falling linearly to 0 at its end."""
+    return min(1.0, max(remaining, 0.0) / cooldown)
+
+
 def bf16_matrix_units(device: torch.device) -> str | None:
     """The bf16 matrix hardware this device has, as torch reports it (None where bf16 would be emulated).
 
@@ -225,6 +232,13 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             "learning_rate is the peak reached after warmup_steps."
         },
     )
+    lr_cooldown: float | None = field(
+        default=None,
+        metadata={
+            "help": "Deviation (the paper never decays to zero): the share of the budget (max_time, else max_steps), "
+            "in (0, 1], over whose end the schedule's learning rate is scaled linearly down to 0. None: no cooldown."
+        },
+    )
     max_time: float | None = field(
         default=None, metadata={"help": "Wall-clock training budget in seconds; stops with a checkpoint."}
     )
@@ -284,6 +298,16 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"`{name}` must be a positive number of seconds or None, got {value!r}.")
+        if self.lr_cooldown is not None:
+            if not 0 < self.lr_cooldown <= 1:
+                raise ValueError(
+                    f"`lr_cooldown` is a share of the training budget in (0, 1], e.g. 0.3, got {self.lr_cooldown!r}."
+                )
+            if self.max_time is None and self.max_steps <= 0:
+                raise ValueError(
+                    f"`lr_cooldown={self.lr_cooldown}` decays to 0 at the end of the budget, and there is none: set "
+                    "`max_time` or `max_steps`, or drop `lr_cooldown`."
+                )
 
 
 class WallClockCallback(TrainerCallback, ExportableState):
@@ -626,18 +650,32 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     ) -> torch.optim.lr_scheduler.LRScheduler:
         """§5.3 eq. (3) (`lr_schedule="paper"`) or inverse-sqrt, as a factor on `learning_rate`; the k-th update
         (k = 1, 2, ...) uses step_num = k. Neither depends on `num_training_steps`, so a wall-clock budget does not
-        change the schedule."""
+        change the schedule. `lr_cooldown` scales either down to 0 at the end of the budget: the share of
+        `max_time` left on the run's clock (synchronised across processes, counted on from a resumed checkpoint)
+        or of `max_steps` left, whichever is smaller."""
         if self.lr_scheduler is None:
             warmup = int(self.args.warmup_steps)
             if self.args.lr_schedule == "paper":
                 d_model = self.model.config.d_model
 
-                def factor(step: int) -> float:
+                def schedule(step: int) -> float:
                     return paper_learning_rate(step + 1, d_model, warmup)
             else:
 
-                def factor(step: int) -> float:
+                def schedule(step: int) -> float:
                     return inverse_sqrt_learning_rate(step + 1, 1.0, warmup)
+
+            cooldown, max_time, max_steps = self.args.lr_cooldown, self.args.max_time, self.args.max_steps
+
+            def factor(step: int) -> float:
+                if cooldown is None:
+                    return schedule(step)
+                remaining = 1.0
+                if max_time is not None:
+                    remaining = 1.0 - self.clock.last_elapsed / max_time
+                if max_steps > 0:
+                    remaining = min(remaining, 1.0 - step / max_steps)
+                return schedule(step) * cooldown_factor(remaining, cooldown)
 
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
             self._created_lr_scheduler = True
@@ -745,6 +783,7 @@ __all__ = [
     "VanillaSeq2SeqTrainer",
     "VanillaSeq2SeqTrainingArguments",
     "WallClockCallback",
+    "cooldown_factor",
     "dev_translation_metrics",
     "inverse_sqrt_learning_rate",
     "paper_learning_rate",
