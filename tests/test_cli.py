@@ -63,6 +63,13 @@ def test_bf16_option(flags, bf16) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flags", "share"), [([], None), (["--lr-cooldown", "30%"], 0.3), (["--lr-cooldown", "1"], 1.0)]
+)
+def test_lr_cooldown_option(flags, share) -> None:
+    assert build_parser().parse_args(["train", *flags]).lr_cooldown == share
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["train", "--src-lang", "xx"], "`--src-lang` must be one of en, de, fr for Multi30k, got 'xx'"),
@@ -79,6 +86,8 @@ def test_bf16_option(flags, bf16) -> None:
         ),
         (["train", "--schedule", "inverse_sqrt", "--lr", "1"], "`learning_rate` is the peak learning rate"),
         (["train", "--tokenizer", "nowhere"], "`--tokenizer` nowhere is not a folder"),
+        (["train", "--lr-cooldown", "150%"], "must be a share in (0, 1], as 0.3 or 30%, got '150%'"),
+        (["train", "--lr-cooldown", "0.3", "--epochs", "2"], "set `--max-time` or `--max-steps`, or drop"),
         (["evaluate", "nowhere"], "`model_dir` nowhere is not a saved model folder (no config.json)"),
         (["translate", "nowhere", "Hello"], "`model_dir` nowhere is not a saved model folder"),
         (["average", "missing-1", "missing-2", "-o", "out"], "Checkpoint missing-1 does not exist"),
