@@ -94,7 +94,8 @@ MULTI30K = Recipe(
 # checkpoint (an earlier run with the last 5 epochs averaged, docs/runs/multi30k-en-de-1h: 38.78 / 37.87); on an Intel
 # Xeon with AMX (docs/runs/multi30k-en-de-1h-xeon-amx) 4,343 updates, 39.00 / 38.47, and 39.32 / 39.29 with --seed 2
 # (docs/runs/multi30k-en-de-1h-xeon-amx-seed2). Tried there and rejected on val (docs/runs/sweep.md, "Recipe changes
-# for the one-hour run"): P_drop 0.4, a 4+4-layer d_model 128 model, and attention and ReLU dropout 0.1.
+# for the one-hour run"): P_drop 0.4, a 4+4-layer d_model 128 model, attention and ReLU dropout 0.1, and a linear
+# cooldown to 0 over the last 30% (`lr_cooldown=0.3`).
 # Averaging: 5 checkpoints spread over the last 40% of the run (`--average spread --average-span 40%`: the paper's
 # five 10-minute snapshots at the end of its runs, scaled to the run's length), not the last 5 epochs (the last
 # minutes on a fast host). On Multi30k validation (docs/runs/sweep.md, "The paper's averaging after two hours"):
