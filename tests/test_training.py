@@ -323,7 +323,7 @@ def test_cooldown_over_the_last_share_of_max_steps(tmp_path, schedule) -> None:
     rates = []
     for update in range(1, 21):
         base = eq3(update, 16, 4) if schedule == "paper" else inverse_sqrt_learning_rate(update, 2e-3, 4)
-        # Before update k, (20 - k + 1) of the 20 updates are left; the last 5 (25%) fall to 1/5, 2/5, ... of 1/5.
+        # Before update k, (20 - k + 1) of the 20 updates are left; the last 5 (25%) are scaled by 5/5, 4/5, ..., 1/5.
         factor = 1.0 if update <= 15 else (21 - update) / 5
         rates.append(trainer.optimizer.param_groups[0]["lr"])
         assert rates[-1] == pytest.approx(base * factor, rel=1e-9)

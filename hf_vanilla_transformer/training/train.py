@@ -497,12 +497,11 @@ def build_model(
     if init_dir is None or not (init_dir / "generation_config.json").is_file():
         model.generation_config = paper_generation_config(plan.config)
     budget = f"at most {options.max_time / 60:.1f} minutes" if options.max_time is not None else "no time limit"
+    cooldown = f", cooldown over the last {options.lr_cooldown:.0%} of the budget" if options.lr_cooldown else ""
     logger.info(
         f"Model: {options.preset if init_dir is None else f'from {init_dir}'}, "
         f"{sum(p.numel() for p in model.parameters()):,} parameters; training with {budget}, {options.schedule} "
-        f"schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}"
-        + (f", cooldown over the last {options.lr_cooldown:.0%} of the budget" if options.lr_cooldown else "")
-        + f"), batches of <= "
+        f"schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}{cooldown}), batches of <= "
         f"{options.max_tokens} tokens per side"
     )
     return model

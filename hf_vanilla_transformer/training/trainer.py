@@ -667,9 +667,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
 
             cooldown, max_time, max_steps = self.args.lr_cooldown, self.args.max_time, self.args.max_steps
 
-            def factor(step: int) -> float:
-                if cooldown is None:
-                    return schedule(step)
+            def cooled(step: int) -> float:
                 remaining = 1.0
                 if max_time is not None:
                     remaining = 1.0 - self.clock.last_elapsed / max_time
@@ -677,6 +675,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
                     remaining = min(remaining, 1.0 - step / max_steps)
                 return schedule(step) * cooldown_factor(remaining, cooldown)
 
+            factor = schedule if cooldown is None else cooled
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, factor)
             self._created_lr_scheduler = True
         return self.lr_scheduler
