@@ -214,6 +214,7 @@ _TRAIN_OPTIONS = (
     "max_length",
     *("max_length_ratio", "preprocessing_workers", "tokenizer_sample"),
     *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
+    *("attention_dropout", "activation_dropout"),
     "lr_cooldown",
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
@@ -333,6 +334,14 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         "--preset", choices=sorted(PRESETS), help=f"model size (Table 3 names) (default: {recipe.preset})"
     )
     model.add_argument("--dropout", type=_probability, help="P_drop (§5.4); default: the preset's")
+    for flag, default, words in [
+        ("--attention-dropout", recipe.attention_dropout, "on the attention weights (OpenNMT-py's and fairseq's"),
+        ("--activation-dropout", recipe.activation_dropout, "after the FFN's ReLU (fairseq's"),
+    ]:
+        shown = "the preset's, 0" if default is None else default
+        model.add_argument(
+            flag, type=_probability, help=f"dropout {words} {flag}; a deviation: §5.4 has none) (default: {shown})"
+        )
     model.add_argument(
         "--vocab-size", type=_positive_int, help=f"joint BPE size (§5.1) (default: {recipe.vocab_size})"
     )

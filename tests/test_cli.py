@@ -147,6 +147,32 @@ def trained(corpus, tmp_path_factory):
     return output
 
 
+def test_train_dropout_deviations_reach_the_model(corpus, tmp_path, capsys) -> None:
+    """--attention-dropout / --activation-dropout (deviations; every preset has 0, the paper's) set the config's
+    fields beside the preset's P_drop; the start-up line and the card name them; run_settings.json records them."""
+    output = tmp_path / "run"
+    argv = [
+        "train",
+        *("--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")),
+        *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "1", "--average-last", "1"),
+        *("--test-src", str(corpus / "test.en"), "--test-tgt", str(corpus / "test.de"), "--examples", "1"),
+        *("--attention-dropout", "0.1", "--activation-dropout", "0.25", "--no-progress", "--output-dir", str(output)),
+    ]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    config = json.loads((output / "model" / "config.json").read_text())
+    assert (config["dropout"], config["attention_dropout"], config["activation_dropout"]) == (0.3, 0.1, 0.25)
+    assert "parameters, P_drop 0.3, attention dropout 0.1, ReLU dropout 0.25; training with" in out
+    settings = json.loads((output / "run_settings.json").read_text())
+    assert (settings["--dropout"], settings["--attention-dropout"], settings["--activation-dropout"]) == (
+        0.3,
+        0.1,
+        0.25,
+    )
+    card = (output / "model" / "README.md").read_text()
+    assert "| Attention dropout (deviation) | 0.1 |" in card and "| ReLU dropout (deviation) | 0.25 |" in card
+
+
 def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -> None:
     model = trained / "model"
     config = json.loads((model / "config.json").read_text())

@@ -323,6 +323,10 @@ def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path)
     ("change", "message"),
     [
         pytest.param(["--dropout", "0.3"], "--dropout 0.3 now, 0.1 in the run", id="dropout"),
+        # A deviation's dropout: the earlier run, without it, recorded none (as runs from before the option).
+        pytest.param(
+            ["--attention-dropout", "0.2"], "--attention-dropout 0.2 now, (not set) in the run", id="attention-dropout"
+        ),
         pytest.param("other-data", "training data 64 pairs, sha256 ", id="data"),
         pytest.param(["--max-tokens", "64"], "--max-tokens 64 now, 48 in the run", id="max-tokens"),
         pytest.param(["--bf16", "yes"], "--bf16 bf16 now, fp32 in the run", id="bf16"),

@@ -108,13 +108,17 @@ def test_init_from_a_converted_marian_folder_trains_and_writes_a_loadable_model(
     run = tmp_path / "run"
     argv = ["train", "--init-from", str(converted), "--train-src", str(data / "train.src")]
     argv += ["--train-tgt", str(data / "train.tgt"), "--max-steps", "2", "--max-tokens", "256", "--no-eval"]
+    argv += ["--dropout", "0.2", "--attention-dropout", "0.15"]  # the dropouts override the folder's
     assert cli.main([*argv, "--no-progress", "--output-dir", str(run)]) == 0
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     model = AutoModelForSeq2SeqLM.from_pretrained(run / "model")
     tokenizer = AutoTokenizer.from_pretrained(run / "model")
     assert type(tokenizer).__name__ == "MarianTokenizer"  # the converted folder's SentencePiece tokenizer
-    assert model.config.vocab_size == json.loads((converted / "config.json").read_text())["vocab_size"]
+    folder_config = json.loads((converted / "config.json").read_text())
+    assert model.config.vocab_size == folder_config["vocab_size"]
+    assert (model.config.dropout, model.config.attention_dropout) == (0.2, 0.15)
+    assert model.config.activation_dropout == folder_config["activation_dropout"]
     output = model.generate(**tokenizer(TEXT[:2], return_tensors="pt", padding=True), max_new_tokens=5)
     assert output.shape[0] == 2
 

@@ -132,6 +132,8 @@ class TrainOptions:
     over `max_length_ratio` (longer side / shorter side, in tokens) are dropped and counted; `preprocessing_workers`
     processes tokenize into a cached Arrow file; a BPE is trained on `tokenizer_sample` sentences at most (a seeded
     sample of the pairs, data.tokenizer_sample).
+    Model: `dropout` is P_drop (§5.4); `attention_dropout` and `activation_dropout` (deviations: §5.4 has neither)
+    drop attention weights and the FFN's ReLU outputs. None: the preset's (or the `init_from` folder's).
     `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
     `lr_cooldown` (deviation): the share of the budget (`max_time`, else `max_steps`) over whose end the learning rate
     falls linearly to 0; None: the schedule runs to the end as it is.
@@ -156,7 +158,7 @@ class TrainOptions:
     and keeps it, with the source model's function at the start, under "train" (not exportable to CTranslate2).
     `init_from`: fine-tuning: a model folder (`train`'s RUN/model, or one `python -m conversion` wrote) whose config,
     weights and tokenizer the run starts from; `preset`, `vocab_size` and `tokenizer` then do not apply (`from_recipe`
-    refuses them given explicitly, `train` refuses `tokenizer`), `dropout` overrides the folder's P_drop.
+    refuses them given explicitly, `train` refuses `tokenizer`), the dropouts override the folder's.
     `trainer_args`: any other `VanillaSeq2SeqTrainingArguments` fields (optim, max_grad_norm, weight_decay, fp16,
     deepspeed, ...), applied over the ones these options set; a field one of these options sets is refused, naming
     the option (`TRAINER_ARGUMENTS_OF_OPTIONS`).
@@ -185,6 +187,8 @@ class TrainOptions:
     max_train_pairs: int | None = None
     preset: str = DEFAULT_RECIPE.preset
     dropout: float | None = DEFAULT_RECIPE.dropout
+    attention_dropout: float | None = DEFAULT_RECIPE.attention_dropout
+    activation_dropout: float | None = DEFAULT_RECIPE.activation_dropout
     vocab_size: int = DEFAULT_RECIPE.vocab_size
     tokenizer: str | os.PathLike | None = None
     schedule: str = DEFAULT_RECIPE.schedule

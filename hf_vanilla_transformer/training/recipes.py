@@ -47,6 +47,9 @@ class Recipe:
     # Deviation: a share of the budget at whose end the learning rate falls linearly to 0 (None: the schedule as is).
     lr_cooldown: float | None = None
     dropout: float | None = None  # P_drop; None: the preset's
+    # Deviations (§5.4 has neither): dropout on the attention weights and after the FFN's ReLU; None: the preset's.
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
     bf16: str = "no"
     # "no" in every recipe: compiling slowed training on a 2-core CPU (0.68-0.90x eager, docs/results.md "Compiled
     # training"); "auto" (compiling.compile_wins) compiles on a GPU only.

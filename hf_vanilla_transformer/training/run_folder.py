@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from transformers import TrainingArguments
 
+    from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -202,13 +204,14 @@ def write_settings(output_dir: Path, settings: dict[str, Any]) -> None:
 
 
 def run_settings(
-    options: TrainOptions, train_pairs: Dataset, tokenizer: str, dropout: float, bf16: bool
+    options: TrainOptions, train_pairs: Dataset, tokenizer: str, config: VanillaTransformerConfig, bf16: bool
 ) -> dict[str, Any]:
     """The settings that define a run (`SETTINGS_FILE`): a resume must find them unchanged. The budget (`max_time`,
     `max_steps`, `epochs`), checkpointing, evaluation and attention kernels are not among them: a resume may extend
-    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings). The keys
-    name the options as the command line does: they are the file's format since its first version, so that runs
-    started by earlier versions still resume."""
+    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings); `config` is
+    the model's, for its dropouts. The keys name the options as the command line does: they are the file's format
+    since its first version, so that runs started by earlier versions still resume (and so the deviations' dropouts
+    are recorded only where they are not 0, which is all those runs knew)."""
     return {
         "--src-lang": options.src_lang,
         "--tgt-lang": options.tgt_lang,
@@ -217,7 +220,12 @@ def run_settings(
         "--max-length-ratio": options.max_length_ratio,
         "--tokenizer": tokenizer,
         "--preset": options.preset,
-        "--dropout": dropout,
+        "--dropout": config.dropout,
+        **{
+            f"--{name.replace('_', '-')}": value
+            for name in ("attention_dropout", "activation_dropout")
+            if (value := getattr(config, name))
+        },
         "--schedule": options.schedule,
         "--lr": options.learning_rate(),
         "--warmup-steps": options.warmup_steps,

@@ -422,20 +422,28 @@ def _tokenized_pairs(options: TrainOptions, data: TrainingData, tokenizer: PreTr
 
 
 def plan_model(options: TrainOptions, checked: CheckedOptions, prepared: PreparedData) -> ModelPlan:
-    """The model's config (an `init_from` folder's, only P_drop changed; else `preset`'s for the tokenizer), the
-    run's settings, and on a resume the checks that it is the same run and can go on to `max_steps`."""
-    if checked.init_dir is not None:  # the folder's model as it is; only P_drop (§5.4) may change for the new data
+    """The model's config (an `init_from` folder's, only the dropouts changed; else `preset`'s for the tokenizer),
+    the run's settings, and on a resume the checks that it is the same run and can go on to `max_steps`."""
+    # The deviations' names are the config's own; P_drop is `dropout` in the config and P_drop in `from_preset`.
+    deviations = {
+        name: value
+        for name in ("attention_dropout", "activation_dropout")
+        if (value := getattr(options, name)) is not None
+    }
+    if checked.init_dir is not None:  # the folder's model as it is; only dropout (§5.4) may change for the new data
         config = VanillaTransformerConfig.from_pretrained(checked.init_dir)
-        if options.dropout is not None:
-            config.dropout = options.dropout
+        for name, value in {"dropout": options.dropout, **deviations}.items():
+            if value is not None:
+                setattr(config, name, value)
+        config.validate()
     else:
         tokenizer = prepared.tokenizer
-        overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer)}
+        overrides: dict[str, Any] = {"vocab_size": len(tokenizer), **special_token_ids(tokenizer), **deviations}
         if options.dropout is not None:
             overrides["P_drop"] = options.dropout
         config = VanillaTransformerConfig.from_preset(options.preset, **overrides)
     train_pairs = prepared.data.train
-    settings = run_settings(options, train_pairs, prepared.tokenizer_identity, config.dropout, checked.bf16)
+    settings = run_settings(options, train_pairs, prepared.tokenizer_identity, config, checked.bf16)
     if checked.init_dir is not None:  # a resume must start from the same folder: its weights are the run's start
         settings.pop("--preset")
         settings["--init-from"] = f"{checked.init_dir} ({_weights_fingerprint(checked.init_dir)})"
@@ -498,11 +506,20 @@ def build_model(
         model.generation_config = paper_generation_config(plan.config)
     budget = f"at most {options.max_time / 60:.1f} minutes" if options.max_time is not None else "no time limit"
     cooldown = f", cooldown over the last {options.lr_cooldown:.0%} of the budget" if options.lr_cooldown else ""
+    config = plan.config
+    dropouts = f"P_drop {config.dropout:g}" + "".join(
+        f", {words} {value:g}"
+        for words, value in [
+            ("attention dropout", config.attention_dropout),
+            ("ReLU dropout", config.activation_dropout),
+        ]
+        if value
+    )
     logger.info(
         f"Model: {options.preset if init_dir is None else f'from {init_dir}'}, "
-        f"{sum(p.numel() for p in model.parameters()):,} parameters; training with {budget}, {options.schedule} "
-        f"schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}{cooldown}), batches of <= "
-        f"{options.max_tokens} tokens per side"
+        f"{sum(p.numel() for p in model.parameters()):,} parameters, {dropouts}; training with {budget}, "
+        f"{options.schedule} schedule (lr {options.learning_rate():g}, warmup {options.warmup_steps}{cooldown}), "
+        f"batches of <= {options.max_tokens} tokens per side"
     )
     return model
 
@@ -761,6 +778,8 @@ def _card_inputs(
         "Tokenizer": Path(options.tokenizer).name if options.tokenizer is not None else None,
         "Maximum sentence length (tokens)": options.max_length,
         "Dropout P_drop": options.dropout,
+        "Attention dropout (deviation)": options.attention_dropout,
+        "ReLU dropout (deviation)": options.activation_dropout,
         "Learning-rate schedule": options.schedule,
         "Learning rate": options.learning_rate(),
         "Warmup steps": options.warmup_steps,
