@@ -66,8 +66,11 @@ ERRORS = [
     (dict(d_k=8), "`d_k` is a paper symbol"),
     (dict(d_model=100), "`d_model` (100) must be divisible by `encoder_attention_heads` (8)"),
     (dict(decoder_attention_heads=7), "`d_model` (512) must be divisible by `decoder_attention_heads` (7)"),
-    (dict(dropout=1.0), "`dropout` must be a probability in [0, 1), got 1.0"),
-    (dict(attention_dropout=-0.1), "`attention_dropout` must be a probability in [0, 1), got -0.1"),
+    (dict(dropout=1.0), "`dropout` must be a probability in [0, 1), got 1.0. The paper uses 0.1 (§5.4)"),
+    (
+        dict(attention_dropout=-0.1),
+        "`attention_dropout` must be a probability in [0, 1), got -0.1. The paper has none",
+    ),
     (dict(activation_dropout="0.1"), "`activation_dropout` must be a probability in [0, 1), got '0.1'"),
     (dict(vocab_size=0), "`vocab_size` must be a positive integer, got 0"),
     (dict(encoder_layers=2.5), "`encoder_layers` must be a positive integer, got 2.5"),

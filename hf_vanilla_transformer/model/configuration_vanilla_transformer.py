@@ -211,7 +211,8 @@ class VanillaTransformerConfig(PretrainedConfig):
         for name in _PROBABILITIES:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}. The paper uses 0.1.")
+                paper = "uses 0.1 (§5.4)" if name == "dropout" else "has none (0.0)"
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}. The paper {paper}.")
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"`{name}` must be one of {choices}, got {getattr(self, name)!r}.")
