@@ -359,6 +359,24 @@ def test_resume_refuses_another_run(change, message, earlier_run, corpus, tmp_pa
     assert tree(earlier_run.parent) == before
 
 
+def test_run_settings_record_the_dropout_deviations_only_where_given() -> None:
+    """Unset, the attention and ReLU dropouts are the preset's or the `init_from` folder's (a converted fairseq
+    folder may have 0.1), which run_settings.json records already: no key, as in runs from before the options, so
+    those still resume. Given, even as 0, the option is recorded as given."""
+    from datasets import Dataset
+
+    from hf_vanilla_transformer.training.options import TrainOptions
+    from hf_vanilla_transformer.training.run_folder import run_settings
+
+    pairs = Dataset.from_dict({"source": ["w4 w5"], "target": ["w6"]})
+    unset = run_settings(TrainOptions(), pairs, "tok", 0.3, False)
+    assert not {"--attention-dropout", "--activation-dropout"} & set(unset)
+    given = run_settings(TrainOptions(attention_dropout=0.0, activation_dropout=0.2), pairs, "tok", 0.3, False)
+    assert (given["--attention-dropout"], given["--activation-dropout"]) == (0.0, 0.2)
+    deviations = ("--attention-dropout", "--activation-dropout")
+    assert {name: value for name, value in given.items() if name not in deviations} == unset
+
+
 def test_resume_honours_max_steps(earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
     """--resume --max-steps below the checkpoint's step trained one more update (a step-4 checkpoint with
     --max-steps 2 went to step 5): now refused, as a run cannot go back. --max-steps equal to it finishes the run

@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from transformers import TrainingArguments
 
-    from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -204,14 +202,14 @@ def write_settings(output_dir: Path, settings: dict[str, Any]) -> None:
 
 
 def run_settings(
-    options: TrainOptions, train_pairs: Dataset, tokenizer: str, config: VanillaTransformerConfig, bf16: bool
+    options: TrainOptions, train_pairs: Dataset, tokenizer: str, dropout: float, bf16: bool
 ) -> dict[str, Any]:
     """The settings that define a run (`SETTINGS_FILE`): a resume must find them unchanged. The budget (`max_time`,
     `max_steps`, `epochs`), checkpointing, evaluation and attention kernels are not among them: a resume may extend
-    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings); `config` is
-    the model's, for its dropouts. The keys name the options as the command line does: they are the file's format
-    since its first version, so that runs started by earlier versions still resume (and so the deviations' dropouts
-    are recorded only where they are not 0, which is all those runs knew)."""
+    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings). The keys
+    name the options as the command line does: they are the file's format since its first version, so that runs
+    started by earlier versions still resume (and so the deviations' dropouts are recorded only where given: unset,
+    they are the preset's or the `init_from` folder's, which the file records, as runs from before them)."""
     return {
         "--src-lang": options.src_lang,
         "--tgt-lang": options.tgt_lang,
@@ -220,11 +218,11 @@ def run_settings(
         "--max-length-ratio": options.max_length_ratio,
         "--tokenizer": tokenizer,
         "--preset": options.preset,
-        "--dropout": config.dropout,
+        "--dropout": dropout,
         **{
             f"--{name.replace('_', '-')}": value
             for name in ("attention_dropout", "activation_dropout")
-            if (value := getattr(config, name))
+            if (value := getattr(options, name)) is not None
         },
         "--schedule": options.schedule,
         "--lr": options.learning_rate(),

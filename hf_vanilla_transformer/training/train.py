@@ -443,7 +443,7 @@ def plan_model(options: TrainOptions, checked: CheckedOptions, prepared: Prepare
             overrides["P_drop"] = options.dropout
         config = VanillaTransformerConfig.from_preset(options.preset, **overrides)
     train_pairs = prepared.data.train
-    settings = run_settings(options, train_pairs, prepared.tokenizer_identity, config, checked.bf16)
+    settings = run_settings(options, train_pairs, prepared.tokenizer_identity, config.dropout, checked.bf16)
     if checked.init_dir is not None:  # a resume must start from the same folder: its weights are the run's start
         settings.pop("--preset")
         settings["--init-from"] = f"{checked.init_dir} ({_weights_fingerprint(checked.init_dir)})"
