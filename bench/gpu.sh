@@ -5,8 +5,9 @@
 #      interleaved run: target tokens/s, MFU, peak GPU memory;
 #   2. a short compiled training run of the paper-base recipe on the bundled Multi30k, then its validation BLEU.
 # Usage: bash bench/gpu.sh OUT_DIR [TRAIN_MINUTES]   (PYTHON=... picks the interpreter; SKIP_BENCH=1 runs step 2 alone)
-# Time on one H100 (2026-11-26): step 1 about 7 minutes, 400 s of it compiling; step 2 TRAIN_MINUTES (compiling
-# included, about 2 minutes of it) plus about 2 minutes of tokenizer, decoding and scoring.
+# Time on one H100: step 1 about 7 minutes, 400 s of it compiling (2026-11-26); step 2 TRAIN_MINUTES (compiling
+# included, about 3 minutes of it) plus about 2 minutes of tokenizer, decoding and scoring (2026-11-27, 5 minutes:
+# 8 minutes in all). The training log gives the reason for each recompile (TORCH_LOGS=recompiles).
 set -uo pipefail
 out=${1:?usage: bash bench/gpu.sh OUT_DIR [TRAIN_MINUTES]}
 minutes=${2:-3}
@@ -21,7 +22,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 run=$(mktemp -d)/paper-base-gpu
-"$python" -m hf_vanilla_transformer train --recipe paper-base --torch-compile yes --bf16 auto \
+TORCH_LOGS=recompiles "$python" -m hf_vanilla_transformer train --recipe paper-base --torch-compile yes --bf16 auto \
     --max-time "${minutes}m" --curve-every 1m --save-every 1m --average-last 2 --no-progress \
     --output-dir "$run" 2>&1 | tee "$out/train.log"
 cp "$run/model/results.json" "$out/train_results.json"

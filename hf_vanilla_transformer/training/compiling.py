@@ -3,8 +3,10 @@ has accelerate wrap the model in `torch.compile`, inductor by default), made to 
 
 - Bounded recompiles: token-budget batches (§5.1) have a new (rows, length) shape at almost every step. torch's
   automatic dynamic shapes compile the first batch's shape, and at the first other shape recompile once with the
-  batch and length dimensions symbolic; that graph then serves every later batch. `CompileReportCallback` logs each
-  new graph and the compile time, so a run whose recompiles do not stop says so in its log.
+  batch and length dimensions symbolic; that graph then serves every later batch. On a GPU, inductor also guards on
+  whether each length is a multiple of 8 (aligned matrix kernels), so up to a few more graphs follow, one per new
+  outcome of that test (docs/results.md, "Compiled training on the H100"). `CompileReportCallback` logs each new
+  graph and the compile time, so a run whose recompiles do not stop says so in its log.
 - A device where compiling cannot work (no C++ compiler for inductor on a CPU, no Triton on a GPU, an unsupported
   torch) is found before training by compiling a one-line function; `resolve_torch_compile` then says so in one
   line and training goes on eagerly.

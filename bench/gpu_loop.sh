@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Where the training loop loses the GPU's time (docs/results.md, "Compiled training on the H100: it learns, and the
+# training loop is the limit"): the paper-base recipe trained eagerly for TRAIN_MINUTES on the bundled Multi30k, four
+# ways in one go on a machine with one CUDA GPU, then each way's target tokens per second between logs:
+#   default          transformers' Trainer as `train` sets it up;
+#   no-nan-filter    --logging_nan_inf_filter False: no read-back of every update's loss (a host-GPU sync);
+#   workers          --dataloader_num_workers 2: batches read and padded in 2 worker processes;
+#   both             the two together.
+# Usage: bash bench/gpu_loop.sh OUT_DIR [TRAIN_MINUTES]   (PYTHON=... picks the interpreter; EXTRA="..." adds
+# `train` options to every way, e.g. EXTRA="--preset transformer-tiny --max-tokens 1000" for a trial on a CPU)
+# Time: 4 x (TRAIN_MINUTES + about 40 s of start-up and saving).
+set -uo pipefail
+out=${1:?usage: bash bench/gpu_loop.sh OUT_DIR [TRAIN_MINUTES]}
+minutes=${2:-1}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+declare -A ways=(
+    [default]=""
+    [no-nan-filter]="--logging_nan_inf_filter False"
+    [workers]="--dataloader_num_workers 2"
+    [both]="--logging_nan_inf_filter False --dataloader_num_workers 2"
+)
+for way in default no-nan-filter workers both; do
+    # shellcheck disable=SC2086  # the options are words
+    "$python" -m hf_vanilla_transformer train --recipe paper-base --torch-compile no --bf16 auto \
+        --max-time "${minutes}m" --save-every 600m --logging-steps 25 --no-eval --no-progress \
+        --output-dir "$(mktemp -d)/run" ${ways[$way]} ${EXTRA:-} > "$out/$way.log" 2>&1
+    echo "$way: rc $?"
+done
+"$python" - "$out" <<'EOF'
+import ast
+import statistics
+import sys
+from pathlib import Path
+
+print("| way | updates logged | target tok/s between logs (median, after the first two logs) |")
+print("|---|---|---|")
+for way in ("default", "no-nan-filter", "workers", "both"):
+    logs = [
+        ast.literal_eval(line)
+        for line in (Path(sys.argv[1]) / f"{way}.log").read_text().splitlines()
+        if line.startswith("{'loss'")
+    ]
+    rates = [float(log["tgt_tokens_per_second"]) for log in logs[2:]]
+    median = f"{statistics.median(rates):,.0f}" if rates else "none"
+    print(f"| {way} | {len(logs)} | {median} |")
+EOF
