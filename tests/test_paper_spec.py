@@ -1,6 +1,8 @@
 """Each formula of the paper against an independent computation (float64, written from the paper's text)."""
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -163,18 +165,22 @@ def test_positions_and_sqrt_d_model_scaling_enter_the_encoder() -> None:
 
 def test_dropout_only_at_the_papers_sites(monkeypatch: pytest.MonkeyPatch) -> None:
     """§5.4: dropout on each sub-layer output and on embeddings + positions; none on attention weights or ReLU."""
+    from hf_vanilla_transformer.model import modeling_vanilla_transformer as modeling
+
     model = tiny_model(dropout=0.1).train()
     calls: list[float] = []
-    original = torch.nn.functional.dropout
 
-    def recording_dropout(
-        x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
-    ) -> torch.Tensor:
-        if p > 0 and training:
-            calls.append(p)
-        return original(x, p, training, inplace)
+    def recording(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def record(x: torch.Tensor, p: float = 0.5, training: bool = True, *args: Any) -> torch.Tensor:
+            if p > 0 and training:
+                calls.append(p)
+            return original(x, p, training, *args)
 
-    monkeypatch.setattr(torch.nn.functional, "dropout", recording_dropout)
+        return record
+
+    # The model's own dropout (model/dropout.py) and torch's, which the eager attention would use on its weights.
+    monkeypatch.setattr(torch.nn.functional, "dropout", recording(torch.nn.functional.dropout))
+    monkeypatch.setattr(modeling, "dropout", recording(modeling.dropout))
     model.set_attn_implementation("eager")
     model(**random_batch())
     # encoder: embeddings + 2 sub-layers × 2 layers; decoder: embeddings + 3 sub-layers × 2 layers

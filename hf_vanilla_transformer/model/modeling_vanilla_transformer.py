@@ -5,9 +5,10 @@ decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
 Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
-input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss) and
-generation_vanilla_transformer.py (§6.1 decoding). The model is plain PyTorch: CPU speed is an explicit step of the
-package (`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
+input_checks.py (clear errors for wrong inputs), dropout.py (§5.4 dropout, its mask drawn faster on a CPU),
+label_smoothed_loss.py (the fused training loss) and generation_vanilla_transformer.py (§6.1 decoding). The model is
+plain PyTorch: CPU inference speed is an explicit step of the package
+(`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
 """
 
 import math
@@ -35,6 +36,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .dropout import dropout
 from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
 from .input_checks import (
     check_embeddings,
@@ -177,9 +179,9 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         if self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
         hidden_states = self.fc2(hidden_states)
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states
@@ -328,7 +330,7 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -371,7 +373,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         hidden_states, _ = self.self_attn(
             hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
         )
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -386,7 +388,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
             attention_mask=encoder_attention_mask,
             **kwargs,
         )
-        hidden_states = residual + nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.normalize_before:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
@@ -493,7 +495,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         # §5.4: dropout on the sums of the embeddings and the positional encodings.
         positions = self.embed_positions(position_ids, inputs_embeds.shape[1])
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
         check_mask(attention_mask, inputs_embeds, "attention_mask")
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
@@ -572,7 +574,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
