@@ -61,7 +61,7 @@ def test_masks_are_fresh_per_call_and_follow_the_seed() -> None:
     assert torch.equal(first, again)
 
 
-def test_compiling_and_p_one_use_torch_dropout(monkeypatch) -> None:
+def test_compiling_and_p_near_one_use_torch_dropout(monkeypatch) -> None:
     calls = []
 
     def spy(hidden_states, p, training):
@@ -71,9 +71,11 @@ def test_compiling_and_p_one_use_torch_dropout(monkeypatch) -> None:
     monkeypatch.setattr(nn.functional, "dropout", spy)
     x = torch.ones(3, 4)
     dropout(x, 1.0, True)
+    # Within 2^-33 of 1, p * 2^32 rounds to 2^32: no int32 threshold keeps anything, so torch's dropout takes it.
+    dropout(x, 1.0 - 2**-40, True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     dropout(x, 0.2, True)
-    assert calls == [(1.0, True), (0.2, True)]
+    assert calls == [(1.0, True), (1.0 - 2**-40, True), (0.2, True)]
 
 
 def test_the_model_trains_with_it(monkeypatch) -> None:

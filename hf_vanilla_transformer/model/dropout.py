@@ -19,12 +19,14 @@ def dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tens
     `training` (§5.4); the identity otherwise."""
     if not training or p == 0.0:
         return hidden_states
-    if hidden_states.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+    # Of the 2^32 values of a uniform int32, the `dropped` lowest are dropped: probability dropped / 2^32. A p within
+    # 2^-33 of 1 (or above) leaves no int32 value kept; torch's dropout takes it.
+    dropped = round(p * 2**32)
+    if hidden_states.device.type != "cpu" or dropped >= 2**32 or torch.compiler.is_compiling():
         return nn.functional.dropout(hidden_states, p=p, training=True)
     numel = hidden_states.numel()
     # random_(INT64_MIN, None) draws all 64 bits (an explicit upper bound would draw a modulo of a range).
-    draws = torch.empty((numel + 1) // 2, dtype=torch.int64, device=hidden_states.device).random_(INT64_MIN, None)
+    draws = torch.empty((numel + 1) // 2, dtype=torch.int64).random_(INT64_MIN, None)
     bits = draws.view(torch.int32)[:numel].view(hidden_states.shape)  # (numel + 1) // 2 int64 -> hidden_states' shape
-    # A uniform int32 is below INT32_MIN + round(p * 2^32) with probability round(p * 2^32) / 2^32: dropped.
-    keep = bits >= INT32_MIN + round(p * 2**32)
+    keep = bits >= INT32_MIN + dropped
     return hidden_states.mul(keep).mul_(1.0 / (1.0 - p))
