@@ -98,9 +98,10 @@ MULTI30K = Recipe(
 # Xeon with AMX (docs/runs/multi30k-en-de-1h-xeon-amx) 4,343 updates, 39.00 / 38.47, again 39.10 / 38.35
 # (docs/runs/multi30k-en-de-1h-xeon-amx-rerun), and 39.32 / 39.29 with --seed 2
 # (docs/runs/multi30k-en-de-1h-xeon-amx-seed2); on an Intel Xeon without AMX 2,266 updates, 39.04 / 38.82
-# (docs/runs/multi30k-en-de-1h-xeon-noamx). Tried there and rejected on val (docs/runs/sweep.md, "Recipe changes
-# for the one-hour run"): P_drop 0.4, a 4+4-layer d_model 128 model, attention and ReLU dropout 0.1, and a linear
-# cooldown to 0 over the last 30% (`lr_cooldown=0.3`).
+# (docs/runs/multi30k-en-de-1h-xeon-noamx); on an AMD EPYC with Zen 5 7,730 updates, 39.08 / 38.43
+# (docs/runs/multi30k-en-de-1h-epyc-zen5: more updates, no better). Tried on the AMX Xeon and rejected on val
+# (docs/runs/sweep.md, "Recipe changes for the one-hour run"): P_drop 0.4, a 4+4-layer d_model 128 model, attention
+# and ReLU dropout 0.1, and a linear cooldown to 0 over the last 30% (`lr_cooldown=0.3`).
 # Averaging: 5 checkpoints spread over the last 40% of the run (`--average spread --average-span 40%`: the paper's
 # five 10-minute snapshots at the end of its runs, scaled to the run's length), not the last 5 epochs (the last
 # minutes on a fast host). On Multi30k validation (docs/runs/sweep.md, "The paper's averaging after two hours"):
