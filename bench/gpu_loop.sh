@@ -5,10 +5,11 @@
 #   default          transformers' Trainer as `train` sets it up;
 #   no-nan-filter    --logging_nan_inf_filter False: no read-back of every update's loss (a host-GPU sync);
 #   workers          --dataloader_num_workers 2: batches read and padded in 2 worker processes;
-#   both             the two together.
+#   both             the two together;
+# then the host's cost of one such batch read and padded in the main process (bench/batch_prep.py, ~20 s).
 # Usage: bash bench/gpu_loop.sh OUT_DIR [TRAIN_MINUTES]   (PYTHON=... picks the interpreter; EXTRA="..." adds
 # `train` options to every way, e.g. EXTRA="--preset transformer-tiny --max-tokens 1000" for a trial on a CPU)
-# Time: 4 x (TRAIN_MINUTES + about 40 s of start-up and saving).
+# Time: 4 x (TRAIN_MINUTES + about 40 s of start-up and saving), then about 20 s.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_loop.sh OUT_DIR [TRAIN_MINUTES]}
 minutes=${2:-1}
@@ -28,6 +29,7 @@ for way in default no-nan-filter workers both; do
         --output-dir "$(mktemp -d)/run" ${ways[$way]} ${EXTRA:-} > "$out/$way.log" 2>&1
     echo "$way: rc $?"
 done
+"$python" -m bench.batch_prep --max-tokens 25000 --json "$out/batch_prep.json"
 "$python" - "$out" <<'EOF'
 import ast
 import statistics

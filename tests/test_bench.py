@@ -9,10 +9,12 @@ from bench.bench import (
     add_best_ct2_ratios,
     add_ct2_times,
     batch_flops,
+    build_models,
     decode_targets,
     make_batch,
     summary,
     train_flops,
+    training_loss,
 )
 
 
@@ -84,3 +86,28 @@ def test_mfu_flops_leave_out_padding() -> None:
     assert batch_flops(size, batch) == by_hand(5, 4) + by_hand(3, 6)
     padded = train_flops(size, 2, 5, 6)  # both rows at the longest lengths
     assert padded == 2 * by_hand(5, 6) and batch_flops(size, batch) < padded
+
+
+def test_batch_prep_times_budget_batches_as_the_trainer_pads_them() -> None:
+    from bench.batch_prep import measure, prepare
+
+    prepared, collator = prepare(600, "validation")
+    row = measure(2000, prepared, collator, batches=3)
+    assert 0 < row["target_tokens_per_batch"] <= 2000 and row["pairs_per_batch"] >= 1
+    assert row["fetch_ms"] > 0 and row["collate_ms"] > 0
+    assert row["both_ms"] >= max(row["fetch_ms"], row["collate_ms"]) - 1e-9
+
+
+def test_compiled_ours_trains_with_the_fused_loss() -> None:
+    """`torch.compile` wraps the model; the bench's compiled rows must still take our fused projection + loss
+    (`skip_logits=True`), as the Trainer does, not the logits + `cross_entropy` path it gives `MarianMTModel`."""
+    ours = build_models(dict(vocab_size=50, d_model=8, layers=1, heads=2, ffn=16))["ours"].eval()  # no dropout draws
+    batch = make_batch([5, 3], [4, 6], 50, torch.Generator().manual_seed(0))
+    seen: list[bool] = []
+    ours.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs.get("skip_logits")), with_kwargs=True
+    )
+    eager = training_loss(ours, batch)
+    compiled = training_loss(torch.compile(ours, backend="eager"), batch)
+    assert seen == [True, True]
+    torch.testing.assert_close(compiled, eager)
