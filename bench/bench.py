@@ -238,7 +238,8 @@ def training_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     inputs = dict(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=batch.decoder_input_ids
     )
-    if isinstance(model, VanillaTransformerForConditionalGeneration):
+    # `torch.compile` wraps the model (`_orig_mod`); the Trainer unwraps it the same way before choosing the loss.
+    if isinstance(getattr(model, "_orig_mod", model), VanillaTransformerForConditionalGeneration):
         return model(**inputs, labels=batch.labels, label_smoothing=LABEL_SMOOTHING, skip_logits=True).loss
     logits = model(**inputs).logits
     return nn.functional.cross_entropy(
@@ -1292,10 +1293,10 @@ def main(argv: list[str] | None = None) -> None:
     MODES = ("eager",) if args.no_compile or failure else ("eager", "compiled")
     COMPILE_DYNAMIC = None if args.compile_shapes == "dynamic" else False
     COMPILE_MODE = args.compile_mode
-    if COMPILE_DYNAMIC is False:
-        # A graph per shape, per model and dtype, all under transformers' one forward wrapper: past dynamo's default
-        # limit of 8 graphs per function the rest would run eagerly and pass for compiled rows.
-        torch._dynamo.config.recompile_limit = 64
+    # Every model and dtype compiles under transformers' one forward wrapper (a graph per shape with static shapes,
+    # one or more per model and dtype with dynamic ones): past dynamo's default limit of 8 graphs per function the
+    # rest would run eagerly and pass for compiled rows.
+    torch._dynamo.config.recompile_limit = 64
     if failure:
         print(f"eager only: torch.compile cannot work here ({failure})", flush=True)
 

@@ -5,10 +5,12 @@ cannot work, one line says so and training goes on eagerly."""
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
 
+from hf_vanilla_transformer.model.label_smoothed_loss import linear_label_smoothed_cross_entropy
 from hf_vanilla_transformer.training import compiling
 from hf_vanilla_transformer.training.compiling import compile_failure, resolve_torch_compile
 
@@ -118,3 +120,23 @@ def test_without_a_compiler_training_goes_on_eagerly_after_one_line(tmp_path) ->
     assert len(lines) == 1 and "InvalidCxxCompiler" in lines[0] and "training goes on without it" in lines[0], log
     assert "Traceback" not in log and "torch.compile: compiled" not in log
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_the_fused_loss_compiles_one_graph_for_every_row_count() -> None:
+    """The fused projection + loss loops over row chunks in eager mode; traced, a loop bounded by the row count would
+    make dynamo specialize on it, one graph per batch size. Row counts past the 1024-row chunk, dynamic shapes: one
+    graph, and the eager values."""
+    graphs = []
+
+    def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Any:
+        graphs.append(graph)
+        return graph.forward
+
+    weight = torch.randn(50, 8, requires_grad=True)
+    compiled = torch.compile(linear_label_smoothed_cross_entropy, backend=backend, dynamic=True)
+    for rows in (1500, 2100, 2600, 3333):
+        hidden, labels = torch.randn(rows, 8, requires_grad=True), torch.randint(0, 50, (rows,))
+        loss = compiled(hidden, weight, None, labels, 0.1)
+        loss.backward()
+        torch.testing.assert_close(loss, linear_label_smoothed_cross_entropy(hidden, weight, None, labels, 0.1))
+    assert len(graphs) == 1

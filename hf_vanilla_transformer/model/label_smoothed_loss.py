@@ -38,9 +38,15 @@ class _LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden_states) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if ctx.needs_input_grad[2] else None
-        for start in range(0, hidden_states.shape[0], chunk_size):
-            hidden_c = hidden_states[start : start + chunk_size].to(compute_dtype)  # (n, D)
-            labels_c = labels[start : start + chunk_size]
+        # Traced by torch.compile, one chunk: a loop over row chunks would make dynamo specialize on the row count,
+        # one graph per batch size (token-budget batches have a new one at almost every step).
+        if torch.compiler.is_compiling():
+            chunks = [slice(None)]
+        else:
+            chunks = [slice(start, start + chunk_size) for start in range(0, hidden_states.shape[0], chunk_size)]
+        for chunk in chunks:
+            hidden_c = hidden_states[chunk].to(compute_dtype)  # (n, D)
+            labels_c = labels[chunk]
             keep = labels_c.ne(-100)
             targets = labels_c.clamp(min=0).unsqueeze(1)  # (n, 1)
             logits = nn.functional.linear(hidden_c, weight_c, bias_c).float()  # (n, V)
@@ -58,7 +64,7 @@ class _LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
                 grad_bias += grad_logits.sum(dim=0)
             grad_logits = grad_logits.to(compute_dtype)
             if grad_hidden is not None:
-                grad_hidden[start : start + chunk_size] = grad_logits @ weight_c  # (n, V) @ (V, D) -> (n, D)
+                grad_hidden[chunk] = grad_logits @ weight_c  # (n, V) @ (V, D) -> (n, D)
             if grad_weight is not None:
                 grad_weight += (grad_logits.T @ hidden_c).float()  # (V, n) @ (n, D) -> (V, D)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
@@ -86,7 +92,8 @@ def linear_label_smoothed_cross_entropy(
     not -100: for each row, (1 - ε) (-log p(label)) + ε mean_v (-log p(v)), as `nn.functional.cross_entropy(
     hidden_states @ weight.T + bias, labels, label_smoothing=ε, reduction="sum")`. hidden_states (N, D), weight (V, D),
     bias (V,) or None, labels (N,). Under autocast the GEMMs run in the autocast dtype, as `nn.Linear` would; the
-    softmax and the loss in fp32. `chunk_size` rows at a time, so memory is (chunk_size, V), not (N, V)."""
+    softmax and the loss in fp32. `chunk_size` rows at a time, so memory is (chunk_size, V), not (N, V); under
+    `torch.compile` all N rows in one chunk, so that a new batch size needs no new graph."""
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be a positive number of rows, got {chunk_size}.")
     device_type = hidden_states.device.type
