@@ -97,6 +97,9 @@ _probability = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0
 _positive_float = _checked(float, lambda value: value > 0, "a positive number")
 
 
+_finite_float = _checked(float, lambda value: abs(value) < float("inf"), "a finite number")  # NaN fails too
+
+
 def _share_value(text: str) -> float:
     text = text.strip()
     return float(text[:-1]) / 100 if text.endswith("%") else float(text)
@@ -219,7 +222,7 @@ _TRAIN_OPTIONS = (
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
-    *("license_name", "test_max_sentences", "test_num_beams"),
+    *("license_name", "test_max_sentences", "test_num_beams", "num_beams", "length_penalty"),
     *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
     *("early_stopping_patience", "keep_best"),
     *("init_from", "decoder_start_embedding", "torch_compile"),
@@ -518,6 +521,18 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         type=_positive_int,
         help="decode the test set with this many beams (1: greedy, quick; the card says so)"
         + (f" (default: {recipe.test_num_beams})" if recipe.test_num_beams else " (default: the model's, §6.1: 4)"),
+    )
+    output.add_argument(
+        "--num-beams",
+        type=_positive_int,
+        help="the saved model's beam size (its generation_config.json: generate(), the pipeline, the test scoring)"
+        + (f" (default: {recipe.num_beams})" if recipe.num_beams else " (default: §6.1's 4)"),
+    )
+    output.add_argument(
+        "--length-penalty",
+        type=_finite_float,
+        help="the saved model's length penalty α (GNMT's)"
+        + (f" (default: {recipe.length_penalty:g})" if recipe.length_penalty is not None else " (default: §6.1: 0.6)"),
     )
     output.add_argument("--examples", type=int, default=5, help="example translations to print")
     output.add_argument("--logging-steps", type=_positive_int, default=50)

@@ -173,6 +173,47 @@ def test_train_dropout_deviations_reach_the_model(corpus, tmp_path, capsys) -> N
     assert "| Attention dropout (deviation) | 0.1 |" in card and "| ReLU dropout (deviation) | 0.25 |" in card
 
 
+def test_train_sets_the_saved_models_decoding(corpus, tmp_path, capsys) -> None:
+    """--num-beams / --length-penalty replace §6.1's beam 4 and α 0.6 in the saved folder's generation_config.json:
+    the test scoring at the end decodes with them, the start-up log and the card say so, and the averaged model
+    keeps them."""
+    output = tmp_path / "run"
+    argv = [
+        "train",
+        *("--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")),
+        *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "2", "--save-every", "0.001"),
+        *("--test-src", str(corpus / "test.en"), "--test-tgt", str(corpus / "test.de"), "--examples", "1"),
+        *("--average-last", "2", "--num-beams", "3", "--length-penalty", "1.4", "--no-progress"),
+        *("--output-dir", str(output)),
+    ]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    generation = json.loads((output / "model" / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"]) == (3, 1.4)
+    assert generation["length_penalty_type"] == "gnmt"
+    results = json.loads((output / "model" / "results.json").read_text())
+    assert len(results["averaged_checkpoints"]) == 2
+    assert (results["test"]["generation"]["num_beams"], results["test"]["generation"]["length_penalty"]) == (3, 1.4)
+    assert "The saved model decodes with beam 3, length penalty α 1.4 (§6.1: beam 4, α 0.6)" in out
+    card = (output / "model" / "README.md").read_text()
+    assert "| Beam size | 3 |" in card and "| Length penalty α | 1.4 |" in card
+    assert "Defaults from `generation_config.json`; the paper's §6.1 settings are beam 4 and GNMT α 0.6." in card
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--num-beams", "0"], "argument --num-beams: must be a positive integer, got '0'"),
+        (["--length-penalty", "nan"], "argument --length-penalty: must be a finite number, got 'nan'"),
+    ],
+)
+def test_train_refuses_a_decoding_it_cannot_use(flags, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["train", *flags])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err, err
+
+
 def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -> None:
     model = trained / "model"
     config = json.loads((model / "config.json").read_text())

@@ -88,7 +88,8 @@ def test_body_is_filled_from_the_saved_files(model_dir: Path, results: dict) -> 
     assert f"| d_ff | {config['encoder_ffn_dim']} | 2048 |" in text
     parameters = sum(parameter.numel() for parameter in tiny_model(decoder_layers=1).parameters())
     assert f"| Parameters | {parameters:,} | 65M |" in text
-    assert "| Maximum output length | source length + 50 |" in text and "the paper's §6.1 settings" in text
+    assert "| Maximum output length | source length + 50 |" in text
+    assert "Defaults from `generation_config.json`: the paper's §6.1 settings." in text
     assert 'pipeline("translation", model="me/en-de-tiny", trust_remote_code=True)' in text
     assert "import hf_vanilla_transformer" in text and "pip install transformers torch" in text
     assert "hf download me/en-de-tiny --local-dir en-de-tiny" in text
@@ -427,3 +428,9 @@ def test_train_options_take_bcp47_tags_and_refuse_the_rest(tmp_path: Path) -> No
         check_report_values(TrainOptions(license_name="x"))
     with pytest.raises(OptionError, match=r"^`test_max_sentences=0` must be a positive whole number"):
         check_report_values(TrainOptions(test_max_sentences=0))
+    with pytest.raises(OptionError, match=r"^`num_beams=0` must be a positive whole number, or None for §6.1's 4"):
+        check_report_values(TrainOptions(num_beams=0))
+    for alpha in (float("nan"), float("inf"), "1.0", True):
+        with pytest.raises(OptionError, match=r"^`length_penalty=.*` must be a finite number \(GNMT α; §6.1: 0.6\)"):
+            check_report_values(TrainOptions(length_penalty=alpha))
+    check_report_values(TrainOptions(num_beams=8, length_penalty=-0.5))

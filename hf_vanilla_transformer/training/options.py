@@ -145,6 +145,8 @@ class TrainOptions:
     BCP-47 language tags as the Hub takes them (en, de, pt-BR, zh-Hant, eng). `check_report_values` checks them.
     The test set is scored at the end on its first `test_max_sentences` pairs (None: all) with `test_num_beams`
     beams (None: the model's own decoding, §6.1); the card says when either is set.
+    `num_beams` and `length_penalty` (GNMT α) set the saved model's decoding, its generation_config.json, which the
+    test scoring, `generate()` and the pipeline use; None keeps §6.1's (4 and 0.6), or the `init_from` folder's.
     `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
     private; the token and the connection are checked before training.
     Validation during training (with a dev set; docs/training.md): `eval_every` ("save" = at each checkpoint save,
@@ -223,6 +225,8 @@ class TrainOptions:
     eval_batch_size: int = 64
     test_max_sentences: int | None = None
     test_num_beams: int | None = None
+    num_beams: int | None = DEFAULT_RECIPE.num_beams
+    length_penalty: float | None = DEFAULT_RECIPE.length_penalty
     examples: int = 5
     logging_steps: int = 50
     progress: bool = True
@@ -273,14 +277,20 @@ class TrainOptions:
 
 
 def check_report_values(options: TrainOptions) -> None:
-    """The values of what the run reports, checked before any data is read: the test decoding's caps, and the
-    languages and license that the model card writes, as the Hub takes them (model_card's checks: a language tag
-    such as en or pt-BR, a Hub license id; never a line break, markup or a 5,000-character string in a card).
+    """The values of what the run reports, checked before any data is read: the test decoding's caps, the saved
+    model's decoding, and the languages and license that the model card writes, as the Hub takes them (model_card's
+    checks: a language tag such as en or pt-BR, a Hub license id; never a line break, markup or a 5,000-character
+    string in a card).
     Without model_card (a missing extra) no card is written, and there is nothing to check."""
-    for name in ("test_max_sentences", "test_num_beams"):
+    for name in ("test_max_sentences", "test_num_beams", "num_beams"):
         value = getattr(options, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise OptionError(f"`{name}={value}` must be a positive whole number, or None for no cut.")
+            fallback = "§6.1's 4" if name == "num_beams" else "no cut"
+            raise OptionError(f"`{name}={value}` must be a positive whole number, or None for {fallback}.")
+    alpha = options.length_penalty
+    number = isinstance(alpha, int | float) and not isinstance(alpha, bool)
+    if alpha is not None and not (number and math.isfinite(alpha)):
+        raise OptionError(f"`length_penalty={alpha}` must be a finite number (GNMT α; §6.1: 0.6), or None for 0.6.")
     try:
         from model_card import check_language, check_license
     except ImportError:

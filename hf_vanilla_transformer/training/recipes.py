@@ -64,6 +64,11 @@ class Recipe:
     # (None: the model's own decoding, §6.1's beam 4).
     test_max_sentences: int | None = None
     test_num_beams: int | None = None
+    # The saved model's decoding (its generation_config.json, which `generate()`, the pipeline and the test scoring
+    # use): beam size and GNMT α; None keeps §6.1's 4 and 0.6. §6.1 chose them "after experimentation on the
+    # development set", so a recipe may choose its own the same way (on validation).
+    num_beams: int | None = None
+    length_penalty: float | None = None
     # A recipe for `init_from` only: its settings are sized for a model that is trained already.
     fine_tuning: bool = False
 
