@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import math
 import os
 import re
 import signal
@@ -29,6 +30,13 @@ def close_matches(name: str, names: Sequence[str]) -> str:
     """A parenthesis naming the closest of `names` for an error message ("did you mean ...?"), or "" if none."""
     matches = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     return f" (did you mean {', '.join(matches)}?)" if matches else ""
+
+
+def check_length_penalty(penalty: object) -> None:
+    """`length_penalty` (α; train's, translate's and evaluate's): None (the model's) or a finite number."""
+    number = isinstance(penalty, int | float) and not isinstance(penalty, bool)
+    if penalty is not None and not (number and math.isfinite(penalty)):
+        raise OptionError(f"`length_penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
 
 
 def flag_wording(

@@ -277,6 +277,16 @@ def test_evaluate_translate_and_average_on_the_trained_folder(trained, corpus, c
     code, out, _ = run([*argv, "--num-beams", "1", "--output", str(tmp_path / "scores.json"), "--no-progress"], capsys)
     assert code == 0 and out.startswith("BLEU ") and "nrefs:1|case:mixed" in out
     assert json.loads((tmp_path / "scores.json").read_text())["n"] == 4
+    # --length-penalty overrides α for this decoding only (tuning it on validation, as §6.1 did): the folder keeps 0.6.
+    scores = tmp_path / "alpha.json"
+    code, out, err = run([*argv, "--num-beams", "2", "--length-penalty", "1.4", "--output", str(scores)], capsys)
+    assert code == 0, err
+    generation = json.loads(scores.read_text())["generation"]
+    assert (generation["num_beams"], generation["length_penalty"]) == (2, 1.4)
+    assert generation["length_penalty_type"] == "gnmt"
+    assert json.loads((trained / "model" / "generation_config.json").read_text())["length_penalty"] == 0.6
+    code, _, err = run([*argv, "--length-penalty", "inf"], capsys)
+    assert code == 2 and "argument --length-penalty: must be a finite number, got 'inf'" in err, err
 
     code, out, _ = run(["translate", str(trained / "model"), "A dog.", "Two men.", "--num-beams", "1"], capsys)
     assert code == 0 and len(out.splitlines()) == 2

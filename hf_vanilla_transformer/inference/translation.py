@@ -23,7 +23,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
-from ..errors import OptionError
+from ..errors import OptionError, check_length_penalty
 from ..files import existing_file, writable_file
 from . import evaluation
 from .attention_maps import eager_attention
@@ -126,9 +126,7 @@ def check_translate_options(options: TranslateOptions, default_beams: int = 1) -
         raise OptionError(
             f"`temperature` must be a positive number (1: the model's distribution), got {temperature!r}."
         )
-    penalty = options.length_penalty
-    if penalty is not None and (isinstance(penalty, bool) or not math.isfinite(penalty)):
-        raise OptionError(f"`length_penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
+    check_length_penalty(options.length_penalty)
     check_precisions(options.bf16, options.int8, options.bf16_weights)
     if not options.sampling:
         for name in _SAMPLING_FIELDS:
@@ -542,6 +540,7 @@ class EvaluateOptions:
     ref: str | os.PathLike | None = None
     batch_size: int = 64
     num_beams: int | None = None
+    length_penalty: float | None = None  # α, with the model's kind of penalty (§6.1: GNMT, 0.6)
     output: str | os.PathLike | None = None
     progress: bool = True
     max_input_tokens: int | None = None
@@ -551,13 +550,15 @@ class EvaluateOptions:
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
-    """Translate the test set with the model's own decoding (§6.1 unless `num_beams`) and score it; returns
+    """Translate the test set with the model's own decoding (§6.1 unless `num_beams` / `length_penalty`) and score
+    it; returns
     `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the hypotheses)."""
     # Here, not at the top: the test sets are read through `datasets` (the optional `train` extra), which
     # translating does not need.
     from ..training.data import load_multi30k, read_lines
 
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
+    check_length_penalty(options.length_penalty)
     if (options.src is None) != (options.ref is None):
         raise OptionError("`src` and `ref` go together; pass both files or neither.")
     if options.output is not None:  # checked before the data is read and decoded, which can take long
@@ -578,7 +579,11 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         sources,
         references,
         options.batch_size,
-        {"num_beams": options.num_beams} if options.num_beams is not None else None,
+        {
+            name: value
+            for name, value in (("num_beams", options.num_beams), ("length_penalty", options.length_penalty))
+            if value is not None
+        },
         progress=options.progress,
         max_input_tokens=options.max_input_tokens,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError
+from ..errors import OptionError, check_length_penalty
 from ..files import MODEL_DIR, RESULTS_FILE
 from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
@@ -287,10 +287,7 @@ def check_report_values(options: TrainOptions) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             fallback = "§6.1's 4" if name == "num_beams" else "no cut"
             raise OptionError(f"`{name}={value}` must be a positive whole number, or None for {fallback}.")
-    alpha = options.length_penalty
-    number = isinstance(alpha, int | float) and not isinstance(alpha, bool)
-    if alpha is not None and not (number and math.isfinite(alpha)):
-        raise OptionError(f"`length_penalty={alpha}` must be a finite number (GNMT α; §6.1: 0.6), or None for 0.6.")
+    check_length_penalty(options.length_penalty)
     try:
         from model_card import check_language, check_license
     except ImportError:
