@@ -551,8 +551,8 @@ class EvaluateOptions:
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     """Translate the test set with the model's own decoding (§6.1 unless `num_beams` / `length_penalty`) and score
-    it; returns
-    `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the hypotheses)."""
+    it; returns `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the
+    hypotheses)."""
     # Here, not at the top: the test sets are read through `datasets` (the optional `train` extra), which
     # translating does not need.
     from ..training.data import load_multi30k, read_lines
