@@ -112,11 +112,12 @@ MULTI30K = Recipe(
 # minutes on a fast host). On Multi30k validation (docs/runs/sweep.md, "The paper's averaging after two hours"):
 # 41.18 for five snapshots over the last 40 minutes of a 2-hour run against 40.36 for its last 5 epochs (5 minutes).
 # Decoding: beam 8, GNMT α 1.4 instead of §6.1's 4 and 0.6, chosen on validation as §6.1 chose its own
-# (docs/runs/sweep.md, "Decoding for the one-hour model"): the hour's models write 4-5% too few words (length ratio
-# 0.955 on val), which BLEU's brevity penalty charges; on the Zen 5 EPYC's recipe model val 40.88 -> 41.29, and on a
-# second model (BPE 6,000) 40.48 -> 41.05. It costs about 2.5x the decoding time of beam 4 (25 s against 10 s for val).
-# `make train-1h` with it (docs/runs/multi30k-en-de-1h-epyc-zen5-beam8): test_2016 38.89 (39.04 with §6.1's decoding),
-# val 40.95 (40.79); on test_2016 the three models moved +0.15, +0.05, -0.15: the val gain does not carry to test.
+# (docs/runs/sweep.md, "Recipe changes for the one-hour run on the AMD EPYC with Zen 5"): the hour's models write
+# 4-5% too few words (length ratio 0.955 on val), which BLEU's brevity penalty charges; on the Zen 5 EPYC's recipe
+# model val 40.88 -> 41.29, and on a second model (BPE 6,000) 40.48 -> 41.05. It costs about 2.5x the decoding time
+# of beam 4 (25 s against 10 s for val). `make train-1h` with it (docs/runs/multi30k-en-de-1h-epyc-zen5-beam8):
+# test_2016 38.89 (39.04 with §6.1's decoding), val 40.95 (40.79); on test_2016 the three models moved +0.15, +0.05,
+# -0.15: the val gain does not carry to test.
 MULTI30K_1H = replace(
     MULTI30K,
     name="multi30k-1h",
