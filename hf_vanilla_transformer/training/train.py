@@ -504,11 +504,10 @@ def build_model(
     # global defaults (max_length 20) into it. A fine-tuned folder keeps its own where it has one.
     if init_dir is None or not (init_dir / "generation_config.json").is_file():
         model.generation_config = paper_generation_config(plan.config)
-    if options.num_beams is not None:  # a decoding chosen on validation, as §6.1 chose its own
-        model.generation_config.num_beams = options.num_beams
-    if options.length_penalty is not None:
-        model.generation_config.length_penalty = options.length_penalty
-    if options.num_beams is not None or options.length_penalty is not None:
+    decoding = {"num_beams": options.num_beams, "length_penalty": options.length_penalty}
+    given = {name: value for name, value in decoding.items() if value is not None}
+    if given:
+        model.generation_config.update(**given)  # a decoding chosen on validation, as §6.1 chose its own
         beams, alpha = model.generation_config.num_beams, model.generation_config.length_penalty
         logger.info(f"The saved model decodes with beam {beams}, length penalty α {alpha:g} (§6.1: beam 4, α 0.6)")
     budget = f"at most {options.max_time / 60:.1f} minutes" if options.max_time is not None else "no time limit"
