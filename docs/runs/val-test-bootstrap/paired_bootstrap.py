@@ -23,18 +23,11 @@ DATA = Path(__file__).resolve().parents[3] / "hf_vanilla_transformer" / "data" /
 SPLITS = {"val": "val.de.gz", "test": "test_2016_flickr.de.gz"}
 
 
-def load_hypotheses(path: str) -> tuple[list[str], float]:
-    record = json.loads(Path(path).read_text())
+def load_hypotheses(path: Path) -> tuple[list[str], float]:
+    record = json.loads(path.read_text())
     if "hypotheses" not in record:
         record = record["test"]
     return record["hypotheses"], record["bleu"]
-
-
-def corpus_bleu(stats: np.ndarray) -> np.ndarray:
-    """sacreBLEU's corpus score from summed statistics [hyp_len, ref_len, correct_1..4, total_1..4] (last axis)."""
-    log_precision = np.log(stats[..., 2:6] / stats[..., 6:10]).mean(-1)
-    log_brevity = np.minimum(0.0, 1 - stats[..., 1] / stats[..., 0])
-    return 100 * np.exp(log_precision + log_brevity)
 
 
 def summary(samples: np.ndarray, point: float) -> dict[str, float | list[float]]:
@@ -54,29 +47,29 @@ def main(models_file: str, resamples: int = 2000) -> dict:
     bleu = BLEU()
     rng = np.random.default_rng(0)
     result: dict = {"resamples": resamples, "recipe": recipe, "trials": trials, "bleu": {}}
-    differences = {}
+    differences, points = {}, {}
     for split, file in SPLITS.items():
         with gzip.open(DATA / file, "rt", encoding="utf-8") as f:
             references = [line.rstrip("\n") for line in f]
         n = len(references)
         # Resamples as sentence counts: (resamples, n) @ per-sentence stats (n, 10) -> summed stats (resamples, 10).
-        counts = np.zeros((resamples, n))
+        counts = np.zeros((resamples, n), dtype=np.int64)
         rows = np.repeat(np.arange(resamples), n)
         np.add.at(counts, (rows, rng.integers(0, n, size=resamples * n)), 1)
         full, sampled = {}, {}
         for name, m in models.items():
-            hypotheses, recorded = load_hypotheses(str(base / m[split]))
-            stats = np.array(bleu._extract_corpus_statistics(hypotheses, [references]), dtype=np.float64)
-            full[name] = float(corpus_bleu(stats.sum(0)))
-            if abs(full[name] - recorded) > 1e-6:  # the statistics must reproduce the recorded score
+            hypotheses, recorded = load_hypotheses(base / m[split])
+            # sacreBLEU's per-sentence statistics [hyp_len, ref_len, correct_1..4, total_1..4], summed per resample.
+            stats = np.array(bleu._extract_corpus_statistics(hypotheses, [references]), dtype=np.int64)
+            full[name] = bleu._compute_score_from_stats(stats.sum(0).tolist()).score
+            if abs(full[name] - recorded) > 1e-6:  # the hypotheses must be the ones the recorded score came from
                 raise ValueError(f"{name} {split}: recomputed BLEU {full[name]} != recorded {recorded}")
-            sampled[name] = corpus_bleu(counts @ stats)
+            sampled[name] = np.array([bleu._compute_score_from_stats(row.tolist()).score for row in counts @ stats])
             result["bleu"][f"{name}/{split}"] = round(full[name], 2)
         differences[split] = np.mean([sampled[t] for t in trials], 0) - np.mean([sampled[r] for r in recipe], 0)
-        point = np.mean([full[t] for t in trials]) - np.mean([full[r] for r in recipe])
-        result[f"trials_minus_recipe_{split}"] = summary(differences[split], float(point))
-    point = result["trials_minus_recipe_test"]["point"] - result["trials_minus_recipe_val"]["point"]
-    result["test_minus_val"] = summary(differences["test"] - differences["val"], point)
+        points[split] = float(np.mean([full[t] for t in trials]) - np.mean([full[r] for r in recipe]))
+        result[f"trials_minus_recipe_{split}"] = summary(differences[split], points[split])
+    result["test_minus_val"] = summary(differences["test"] - differences["val"], points["test"] - points["val"])
     return result
 
 
