@@ -274,7 +274,7 @@ BAD_REQUESTS = [
     (b'{"text": ["a", 3]}', 422, "text[1]", "valid string"),
     (b'{"num_beams": 2}', 422, "text", "required"),
     (b'{"text": "a", "num_beams": "4"}', 422, "num_beams", "valid integer"),
-    (b'{"text": "a", "num_beams": 0}', 422, "num_beams", "greater than or equal to 1"),
+    (b'{"text": "a", "num_beams": 0}', 422, "num_beams", "an integer from 1 to 1000"),
     (b'{"text": "a", "num_beams": 1000}', 422, "num_beams", "less than or equal to 16"),
     (b'{"text": "a", "beams": 4}', 422, "beams", "Extra inputs"),
     (b'{"text": "a", "n_best": 9}', 422, "n_best", "needs at least 9 beams"),
@@ -286,9 +286,17 @@ BAD_REQUESTS = [
         "num_return_sequences",
         "beams",
     ),
-    (b'{"text": "a", "sampling": true, "top_p": 1.5}', 422, "top_p", "less than or equal to 1"),
+    (b'{"text": "a", "sampling": true, "top_p": 1.5}', 422, "top_p", "a number in (0, 1]"),
     (b'{"text": ["a", "b"], "prefix": ["x"]}', 422, "prefix", "one prefix per sentence"),
-    (b'{"text": "a", "length_penalty": NaN}', 422, "length_penalty", "finite"),
+    (b'{"text": "a", "length_penalty": NaN}', 422, "length_penalty", "a number from -5 to 5"),
+    # Finite but absurd: refused with the range, as `translate` refuses them, instead of a 500 from the decoding.
+    (b'{"text": "a", "length_penalty": 1e308}', 422, "length_penalty", "a number from -5 to 5"),
+    (b'{"text": "a", "sampling": true, "temperature": 1e-300}', 422, "temperature", "a number from 0.01 to 100"),
+    (b'{"text": "a", "max_input_tokens": 1180591620717411303424}', 422, "max_input_tokens", "from 2 to 1e+06"),
+    # A lone surrogate is no text (the tokenizer cannot take it): 422 naming the field, not a 500.
+    (b'{"text": "\\ud800"}', 422, "text", "lone surrogate (\\ud800) at character 0"),
+    (b'{"text": ["a", "b\\udfff"]}', 422, "text[1]", "lone surrogate (\\udfff) at character 1"),
+    (b'{"text": "a", "prefix": "\\ud800x"}', 422, "prefix", "lone surrogate"),
 ]
 
 
@@ -306,11 +314,14 @@ def test_bad_requests_answer_4xx_in_one_line_and_the_server_keeps_serving(servin
         form = client.post("/translate", content=b'{"text": "a"}', headers={"Content-Type": "text/plain"})
         layer = client.post("/attention", json={"text": "A man.", "layer": 2})
         head = client.post("/attention", json={"text": "A man.", "head": -1})
+        surrogate = client.post("/attention", content=b'{"text": "A man.", "translation": "\\udc80"}', headers=headers)
         wrong_method = client.get("/translate")
         good = client.post("/translate", json={"text": "A man.", **SHORT})
     assert form.status_code == 422 and "Content-Type: application/json" in form.json()["error"]
     assert layer.status_code == 422 and "the decoder has 2 layers (0 to 1)" in layer.json()["error"]
     assert head.status_code == 422 and head.json()["errors"][0]["field"] == "head"
+    assert surrogate.status_code == 422 and surrogate.json()["field"] == "translation"
+    assert surrogate.json()["value"] == "\udc80"  # echoed back as the JSON escape it came as
     assert wrong_method.status_code == 405
     assert good.status_code == 200 and good.json()["translations"][0]["text"]
 
