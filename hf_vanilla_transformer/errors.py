@@ -37,8 +37,8 @@ class DecodingRange:
     """The values a decoding setting accepts: `low` to `high`, both included; whole numbers if `integer`; `usual`
     says what is usually set, for the message."""
 
-    low: float
-    high: float
+    low: int | float
+    high: int | float
     integer: bool
     usual: str
 
@@ -82,7 +82,7 @@ def check_decoding(**values: object) -> None:
             continue
         what = "an integer" if allowed.integer else "a number"
         raise OptionError(
-            f"`{name}` must be {what} from {allowed.low:g} to {allowed.high:g} ({allowed.usual}), got {value!r}."
+            f"`{name}` must be {what} from {allowed.low} to {allowed.high} ({allowed.usual}), got {value!r}."
         )
 
 

@@ -1,10 +1,11 @@
 """The server's HTTP connections, bounded in memory and time whatever a client sends or withholds.
 
 - `BodyLimit` (ASGI middleware): reads each request's body, chunked or not, up to `max_bytes` and within
-  `timeout` seconds, then hands it to the app. Past the limit it answers 413 at once and reads no further (the
-  server holds at most the limit and one chunk), past the deadline 408; both close the connection. Once the
-  server is stopping, a request it had not started gets 503 with `Retry-After` (its body read first, so that the
-  client gets the answer rather than a reset).
+  `timeout` seconds, then hands it to the app. Past the limit it answers 413 at once and reads no further: the
+  server holds at most the limit and one chunk (uvicorn drops what the client still sends, so that the client can
+  read its 413, until the head deadline below closes the connection). Past the deadline: 408, and the connection
+  closed. Once the server is stopping, a request it had not started gets 503 with `Retry-After` (its body read
+  first, so that the client gets the answer rather than a reset).
 - `GuardedH11Protocol`: uvicorn's h11 protocol, with a deadline for the request head: a connection that has not
   sent a whole request head `request_timeout` seconds after it opened (or after it began a new one) is closed.
   uvicorn's own `timeout_keep_alive` runs only after a response, and any byte received cancels it.
@@ -80,7 +81,7 @@ class BodyLimit:
         except _BodyTooLargeError as error:
             size = f"{error.size} bytes" if length else f"more than {self.max_bytes} bytes (chunked)"
             message = f"The body has {size}; the limit is {self.max_bytes} ({self.limit_words})."
-            await _refuse(scope, receive, send, 413, {"error": message, "limit": self.max_bytes})
+            await _refuse(scope, receive, send, 413, {"error": message, "limit": self.max_bytes}, close=False)
             return
         except TimeoutError:
             message = f"The body did not arrive within {self.timeout:g} s (the server's --request-timeout)."
@@ -125,9 +126,11 @@ async def _refuse(
     status: int,
     body: dict[str, Any],
     headers: dict[str, str] | None = None,
+    close: bool = True,
 ) -> None:
-    """Answer `status` and close the connection: the rest of the request (if any) is not read."""
-    await ErrorResponse(body, status, (headers or {}) | {"Connection": "close"})(scope, receive, send)
+    """Answer `status` (and close the connection after it where `close`), without reading more of the request."""
+    headers = (headers or {}) | ({"Connection": "close"} if close else {})
+    await ErrorResponse(body, status, headers)(scope, receive, send)
 
 
 class GuardedH11Protocol(H11Protocol):
