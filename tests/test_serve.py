@@ -593,14 +593,27 @@ def server_process(model_dir: Path, *options: str) -> Iterator[tuple[subprocess.
 @pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_then_exits_0(bpe_model: Path) -> None:
     # The request waits 3 s for company (--max-wait-ms): SIGTERM comes while it is in the server.
+    # Connections opened just before the signal get an answer too: served, or 503 with Retry-After, never a reset.
+    body = json.dumps({"text": "A man.", **SHORT}).encode()
+    request = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     with server_process(bpe_model, "--max-wait-ms", "3000") as (process, url, lines):
         with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(1) as pool:
             answer = pool.submit(client.post, "/translate", json={"text": ["A man.", "A dog."], **SHORT})
             wait_until(lambda: client.get("/health").json()["queued"] == 1)
+            late = [
+                socket.create_connection((httpx.URL(url).host, httpx.URL(url).port), timeout=120) for _ in range(10)
+            ]
+            for connection in late:
+                connection.sendall(request)
             process.send_signal(signal.SIGTERM)
             response = answer.result(120)
             status = process.wait(120)
+            answers = [answer_of(read_until_closed(connection)) for connection in late]
+            for connection in late:
+                connection.close()
     assert response.status_code == 200 and len(response.json()["translations"]) == 2
+    assert all(code == 200 or (code == 503 and headers["retry-after"]) for code, headers, _ in answers), answers
     assert status == 0, "".join(lines)
     assert "Shutting down" in "".join(lines) and "Traceback" not in "".join(lines)
 
@@ -609,6 +622,11 @@ def test_serve_errors_are_one_line_and_exit_2(bpe_model: Path, tmp_path: Path, c
     for argv, words in (
         (["serve", str(tmp_path)], "is not a saved model folder"),
         (["serve", str(bpe_model), "--bf16", "--int8"], "`--bf16` and `--int8`"),
+        (["serve", str(bpe_model), "--request-timeout", "inf"], "`--request-timeout` must be a number of seconds > 0"),
+        (
+            ["serve", str(bpe_model), "--max-input-tokens", str(2**70)],
+            "`--max-input-tokens` must be an integer from 2",
+        ),
     ):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
