@@ -9,8 +9,10 @@
 
 Requests from concurrent clients are batched (batching.DynamicBatcher: one `generate()` per batch on one worker
 thread). Errors are JSON {"error": one line naming the field, its value and the limit or fix, ...}: 400 malformed
-JSON, 413 more sentences or characters than the limits, 422 wrong types and values, 503 a full queue. On SIGTERM
-(or Ctrl-C) the server stops accepting connections, answers the requests it has, then exits with status 0.
+JSON, 408 a body that did not arrive in time, 413 more sentences or characters than the limits (or a longer body,
+refused while it is read), 422 wrong types and values, 503 a full queue. On SIGTERM (or Ctrl-C) the server stops
+accepting connections, answers the requests it has (503 with Retry-After for those it had not started), then exits
+with status 0. connections.py keeps bodies and connections bounded.
 """
 
 from __future__ import annotations
