@@ -1,7 +1,9 @@
 """`hf-vanilla-transformer serve` (hf_vanilla_transformer/serving): the JSON API on a real uvicorn on a free port,
 dynamic batching (one generate() for concurrent requests, the results of one-at-a-time), the limits and bad requests
-(4xx, the server keeps serving), SIGTERM with a request in flight (answered, exit 0), the page in a headless
-chromium, the curl examples of docs/serving.md, and bench/serve_load.py with tiny numbers.
+(4xx, the server keeps serving), hostile connections (a chunked body past the limit, silent and half-sent
+requests, connections waiting in the kernel at shutdown: raw sockets on 127.0.0.1), SIGTERM with a request in flight
+(answered, exit 0), the page in a headless chromium, the curl examples of docs/serving.md, and bench/serve_load.py
+with tiny numbers.
 
 The model is conftest's tiny untrained one with a byte-level BPE: its translations are nonsense but deterministic,
 which is all the checks need. Requests cap the outputs (`max_new_tokens`) to keep the tests short."""
