@@ -454,7 +454,7 @@ def test_connections_that_send_no_whole_request_are_closed_after_the_request_tim
 def test_at_shutdown_connections_waiting_in_the_kernel_are_answered_503_with_retry_after(
     serving_model, monkeypatch
 ) -> None:
-    release, stopping, sent = threading.Event(), threading.Event(), threading.Event()
+    release, stopping, holding, sent = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     original = serving_model.model.generate
 
     def held(*args: Any, **kwargs: Any) -> Any:
@@ -474,6 +474,7 @@ def test_at_shutdown_connections_waiting_in_the_kernel_are_answered_503_with_ret
             # in the kernel's listen queue, unread, when the shutdown begins.
             if not stopping.is_set():
                 return await tick(counter)
+            holding.set()
             assert sent.wait(30)
             return True
 
@@ -483,7 +484,7 @@ def test_at_shutdown_connections_waiting_in_the_kernel_are_answered_503_with_ret
         in_flight.sendall(request)
         wait_until(lambda: app.state.batcher.admitted == 1)
         stopping.set()
-        time.sleep(0.3)  # the loop's next tick (every 0.1 s) holds it
+        assert holding.wait(30)
         waiting = [socket.create_connection(address, timeout=60) for _ in range(20)]
         for connection in waiting:
             connection.sendall(request)
