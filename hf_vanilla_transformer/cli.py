@@ -1057,6 +1057,13 @@ def _add_serve_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--max-sentences", type=_positive_int, default=64, help="sentences per request; more: 413")
     parser.add_argument("--max-chars", type=_positive_int, default=1000, help="characters per sentence; more: 413")
+    parser.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=30.0,
+        help="seconds for a request's head to arrive (else the connection is closed) and as many for its body "
+        "(else 408)",
+    )
     _add_max_input_tokens(parser)
     parser.add_argument("--no-access-log", action="store_true", help="no log line per request")
     _add_trust_remote_code(parser)
@@ -1074,7 +1081,7 @@ def run_serve(args: argparse.Namespace) -> int:
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
     names = (
         *("model_dir", "host", "port", "device", "bf16", "bf16_weights", "int8", "max_batch_tokens", "max_wait_ms"),
-        *("max_queue", "max_sentences", "max_chars", "max_input_tokens", "trust_remote_code"),
+        *("max_queue", "max_sentences", "max_chars", "max_input_tokens", "request_timeout", "trust_remote_code"),
     )
     serve(ServeOptions(**_options(args, names), access_log=not args.no_access_log))
     return 0

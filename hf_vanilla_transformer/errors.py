@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import math
 import os
 import re
 import signal
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 # A field in backticks, with its value where one follows `=`: `max_length`, `max_length=1`.
 FIELD = re.compile(r"`([A-Za-z_]\w*)(?:=([^`]*))?`")
@@ -32,11 +32,58 @@ def close_matches(name: str, names: Sequence[str]) -> str:
     return f" (did you mean {', '.join(matches)}?)" if matches else ""
 
 
-def check_length_penalty(penalty: object) -> None:
-    """`length_penalty` (α; train's, translate's and evaluate's): None (the model's) or a finite number."""
-    number = isinstance(penalty, int | float) and not isinstance(penalty, bool)
-    if penalty is not None and not (number and math.isfinite(penalty)):
-        raise OptionError(f"`length_penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
+@dataclass(frozen=True)
+class DecodingRange:
+    """The values a decoding setting accepts: `low` to `high`, both included; whole numbers if `integer`; `usual`
+    says what is usually set, for the message."""
+
+    low: int | float
+    high: int | float
+    integer: bool
+    usual: str
+
+
+# The decoding settings that `translate`, `evaluate`, `serve` and `train` accept. Past these bounds a value is a slip
+# (1e308 for 1.0), and the decoding would fail deep inside (an overflow, an allocation of the whole output up front)
+# instead of here with the range.
+DECODING_RANGES = {
+    # α of GNMT's lp = ((5 + |Y|) / 6)^α or transformers' |Y|^α. GNMT tuned it in [0.2, 1.0], §6.1 uses 0.6, and
+    # fairseq's and transformers' recipes go up to 2; a negative α favours short outputs. With |α| <= 5 neither lp
+    # overflows float64 (where the beam searches compute it; α = 1e308 raised OverflowError) at any length, nor
+    # float32 (3.4e38) for outputs up to 5e7 tokens, far past max_position_embeddings (1,024 by default).
+    "length_penalty": DecodingRange(-5, 5, False, "the paper's is 0.6"),
+    # Beams and outputs per sentence: BLEU falls past a few dozen beams (Koehn and Knowles, 2017, measured up to
+    # 1,000). Each step scores beams × vocabulary tokens per sentence (1,000 × 37k floats: 150 MB); 10^6 beams failed
+    # to allocate.
+    "num_beams": DecodingRange(1, 1000, True, "the paper's is 4"),
+    "n_best": DecodingRange(1, 1000, True, "at most the beams"),
+    "num_return_sequences": DecodingRange(1, 1000, True, "at most the beams in beam search"),
+    # Tokens per output: 16 times the default position table and far past any sentence; generate() allocates
+    # batch × beams × (prompt + max_new_tokens) token ids up front, so that 10^12 asked for 32 TB.
+    "max_new_tokens": DecodingRange(1, 16384, True, "§6.1 stops at source length + 50"),
+    # Source tokens kept: a token and </s> at least; a million is past any source (the encoder's self-attention over
+    # it alone would be 10^12 scores), and 2^70 overflowed the tokenizer's integer.
+    "max_input_tokens": DecodingRange(2, 10**6, True, "a token and </s> at least"),
+    # Sampling temperature: samplers use 0.1 to 2 (back-translation samples at 1); this leaves a factor of 100 either
+    # way. Beyond float32's range (1e-300, 1e300) logits / T gave NaN probabilities.
+    "temperature": DecodingRange(0.01, 100, False, "1: the model's distribution"),
+}
+
+
+def check_decoding(**values: object) -> None:
+    """One-line errors for decoding settings outside DECODING_RANGES: each keyword is a setting's field (or ends with
+    `_` and one: `test_num_beams`), its value None (the default) or a number in the setting's range."""
+    for name, value in values.items():
+        allowed = next(DECODING_RANGES[key] for key in DECODING_RANGES if name == key or name.endswith(f"_{key}"))
+        kind = int if allowed.integer else int | float
+        if value is None or (
+            isinstance(value, kind) and not isinstance(value, bool) and allowed.low <= value <= allowed.high
+        ):
+            continue
+        what = "an integer" if allowed.integer else "a number"
+        raise OptionError(
+            f"`{name}` must be {what} from {allowed.low} to {allowed.high} ({allowed.usual}), got {value!r}."
+        )
 
 
 def flag_wording(
@@ -92,4 +139,14 @@ def sigterm_raises_terminated() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["FIELD", "OptionError", "Terminated", "close_matches", "flag_wording", "sigterm_raises_terminated"]
+__all__ = [
+    "DECODING_RANGES",
+    "FIELD",
+    "DecodingRange",
+    "OptionError",
+    "Terminated",
+    "check_decoding",
+    "close_matches",
+    "flag_wording",
+    "sigterm_raises_terminated",
+]

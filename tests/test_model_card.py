@@ -431,6 +431,8 @@ def test_train_options_take_bcp47_tags_and_refuse_the_rest(tmp_path: Path) -> No
     with pytest.raises(OptionError, match=r"^`num_beams=0` must be a positive whole number, or None for §6.1's 4"):
         check_report_values(TrainOptions(num_beams=0))
     for alpha in (float("nan"), float("inf"), "1.0", True):
-        with pytest.raises(OptionError, match=r"^`length_penalty` must be a finite number \(the paper's is 0.6\)"):
+        with pytest.raises(
+            OptionError, match=r"^`length_penalty` must be a number from -5 to 5 \(the paper's is 0.6\)"
+        ):
             check_report_values(TrainOptions(length_penalty=alpha))
     check_report_values(TrainOptions(num_beams=8, length_penalty=-0.5))

@@ -1,13 +1,16 @@
 """`hf-vanilla-transformer serve` (hf_vanilla_transformer/serving): the JSON API on a real uvicorn on a free port,
 dynamic batching (one generate() for concurrent requests, the results of one-at-a-time), the limits and bad requests
-(4xx, the server keeps serving), SIGTERM with a request in flight (answered, exit 0), the page in a headless
-chromium, the curl examples of docs/serving.md, and bench/serve_load.py with tiny numbers.
+(4xx, the server keeps serving), hostile connections (a chunked body past the limit, silent and half-sent
+requests, connections waiting in the kernel at shutdown: raw sockets on 127.0.0.1), SIGTERM with a request in flight
+(answered, exit 0), the page in a headless chromium, the curl examples of docs/serving.md, and bench/serve_load.py
+with tiny numbers.
 
 The model is conftest's tiny untrained one with a byte-level BPE: its translations are nonsense but deterministic,
 which is all the checks need. Requests cap the outputs (`max_new_tokens`) to keep the tests short."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -42,8 +45,10 @@ from hf_vanilla_transformer.serving import (
     ServeOptions,
     ServingModel,
     create_app,
+    http_server,
     load_serving_model,
 )
+from hf_vanilla_transformer.serving.connections import RETRY_AFTER
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = {"max_new_tokens": 8}  # outputs of the untrained model run to source + 50 tokens otherwise
@@ -62,21 +67,28 @@ def short_outputs(serving_model: ServingModel, monkeypatch: pytest.MonkeyPatch) 
 
 
 @contextlib.contextmanager
-def live_server(app: Any) -> Iterator[str]:
-    """`app` on a real uvicorn in a thread, on a free port of 127.0.0.1: yields its URL; stops it gracefully."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+def running_server(app: Any) -> Iterator[tuple[uvicorn.Server, threading.Thread]]:
+    """`app` on the server of `serve` (http_server) in a thread, on a free port of 127.0.0.1: yields the server and
+    its thread; stops it gracefully."""
+    server = http_server(app, "127.0.0.1", 0, access_log=False)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server, thread
     finally:
         server.should_exit = True
         thread.join(60)
+
+
+@contextlib.contextmanager
+def live_server(app: Any) -> Iterator[str]:
+    """`app` served as `running_server` does: yields its URL."""
+    with running_server(app) as (server, _):
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
 
 
 @contextlib.contextmanager
@@ -274,7 +286,7 @@ BAD_REQUESTS = [
     (b'{"text": ["a", 3]}', 422, "text[1]", "valid string"),
     (b'{"num_beams": 2}', 422, "text", "required"),
     (b'{"text": "a", "num_beams": "4"}', 422, "num_beams", "valid integer"),
-    (b'{"text": "a", "num_beams": 0}', 422, "num_beams", "greater than or equal to 1"),
+    (b'{"text": "a", "num_beams": 0}', 422, "num_beams", "an integer from 1 to 1000"),
     (b'{"text": "a", "num_beams": 1000}', 422, "num_beams", "less than or equal to 16"),
     (b'{"text": "a", "beams": 4}', 422, "beams", "Extra inputs"),
     (b'{"text": "a", "n_best": 9}', 422, "n_best", "needs at least 9 beams"),
@@ -286,9 +298,17 @@ BAD_REQUESTS = [
         "num_return_sequences",
         "beams",
     ),
-    (b'{"text": "a", "sampling": true, "top_p": 1.5}', 422, "top_p", "less than or equal to 1"),
+    (b'{"text": "a", "sampling": true, "top_p": 1.5}', 422, "top_p", "a number in (0, 1]"),
     (b'{"text": ["a", "b"], "prefix": ["x"]}', 422, "prefix", "one prefix per sentence"),
-    (b'{"text": "a", "length_penalty": NaN}', 422, "length_penalty", "finite"),
+    (b'{"text": "a", "length_penalty": NaN}', 422, "length_penalty", "a number from -5 to 5"),
+    # Finite but absurd: refused with the range, as `translate` refuses them, instead of a 500 from the decoding.
+    (b'{"text": "a", "length_penalty": 1e308}', 422, "length_penalty", "a number from -5 to 5"),
+    (b'{"text": "a", "sampling": true, "temperature": 1e-300}', 422, "temperature", "a number from 0.01 to 100"),
+    (b'{"text": "a", "max_input_tokens": 1180591620717411303424}', 422, "max_input_tokens", "from 2 to 1000000"),
+    # A lone surrogate is no text (the tokenizer cannot take it): 422 naming the field, not a 500.
+    (b'{"text": "\\ud800"}', 422, "text", "lone surrogate (\\ud800) at character 0"),
+    (b'{"text": ["a", "b\\udfff"]}', 422, "text[1]", "lone surrogate (\\udfff) at character 1"),
+    (b'{"text": "a", "prefix": "\\ud800x"}', 422, "prefix", "lone surrogate"),
 ]
 
 
@@ -306,11 +326,14 @@ def test_bad_requests_answer_4xx_in_one_line_and_the_server_keeps_serving(servin
         form = client.post("/translate", content=b'{"text": "a"}', headers={"Content-Type": "text/plain"})
         layer = client.post("/attention", json={"text": "A man.", "layer": 2})
         head = client.post("/attention", json={"text": "A man.", "head": -1})
+        surrogate = client.post("/attention", content=b'{"text": "A man.", "translation": "\\udc80"}', headers=headers)
         wrong_method = client.get("/translate")
         good = client.post("/translate", json={"text": "A man.", **SHORT})
     assert form.status_code == 422 and "Content-Type: application/json" in form.json()["error"]
     assert layer.status_code == 422 and "the decoder has 2 layers (0 to 1)" in layer.json()["error"]
     assert head.status_code == 422 and head.json()["errors"][0]["field"] == "head"
+    assert surrogate.status_code == 422 and surrogate.json()["field"] == "translation"
+    assert surrogate.json()["value"] == "\udc80"  # echoed back as the JSON escape it came as
     assert wrong_method.status_code == 405
     assert good.status_code == 200 and good.json()["translations"][0]["text"]
 
@@ -333,6 +356,149 @@ def test_a_full_queue_answers_503_and_the_admitted_request_is_still_answered(ser
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert "--max-queue" in refused.json()["error"] and refused.json()["limit"] == 1
     assert answered.status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------------- connections
+
+
+def test_a_chunked_body_past_the_limit_answers_413_after_reading_at_most_the_limit_and_one_chunk(
+    serving_model,
+) -> None:
+    app = create_app(serving_model, Limits(max_sentences=1, max_chars=10))
+    limit, chunk = app.state.limits.max_body_bytes, 65536
+    read, sent = [0], []
+
+    async def receive() -> dict[str, Any]:  # a chunked body that never ends, as the app sees it
+        assert read[0] <= 20 * limit, "the body was read on past 20 times the limit"
+        read[0] += chunk
+        return {"type": "http.request", "body": b'{"text": "' + b"a" * (chunk - 10), "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http"}
+    scope |= {"path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": ""}
+    scope |= {"headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")]}
+    scope |= {"server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "state": {}}
+    asyncio.run(app(scope, receive, send))
+    assert limit < read[0] <= limit + chunk
+    assert sent[0]["status"] == 413
+    body = json.loads(sent[1]["body"])
+    assert body["limit"] == limit and f"more than {limit} bytes (chunked)" in body["error"]
+
+
+def test_a_chunked_body_past_the_limit_is_answered_413_over_a_real_connection(serving_model) -> None:
+    app = create_app(serving_model, Limits(max_sentences=1, max_chars=10))
+    with running_server(app) as (server, _):
+        with socket.create_connection(server.servers[0].sockets[0].getsockname(), timeout=30) as connection:
+            connection.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            connection.sendall(b"Transfer-Encoding: chunked\r\n\r\n")
+            chunk = b'{"text": "' + b"a" * 65526
+            for _ in range(16):  # 1 MB, 16 times the limit
+                connection.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            connection.sendall(b"0\r\n\r\n")
+            status, _, body = read_answer(connection)
+    assert status == 413 and "(chunked)" in json.loads(body)["error"]
+
+
+def answer_of(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers (lowercased names) and body of an HTTP/1.1 response."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    fields = (line.split(":", 1) for line in lines)
+    return int(status.split()[1]), {name.strip().lower(): value.strip() for name, value in fields}, body
+
+
+def read_answer(connection: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response (with a Content-Length) read from `connection`, which may stay open."""
+    raw = b""
+    while b"\r\n\r\n" not in raw or len(raw.partition(b"\r\n\r\n")[2]) < int(answer_of(raw)[1]["content-length"]):
+        chunk = connection.recv(65536)
+        assert chunk, f"the connection closed after {raw!r}"
+        raw += chunk
+    return answer_of(raw)
+
+
+def read_until_closed(connection: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (the socket's timeout bounds the wait)."""
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received
+
+
+def test_connections_that_send_no_whole_request_are_closed_after_the_request_timeout(serving_model) -> None:
+    app = create_app(serving_model, Limits(request_timeout=0.5))
+    with running_server(app) as (server, _):
+        address = server.servers[0].sockets[0].getsockname()
+        silent = [socket.create_connection(address, timeout=30) for _ in range(20)]
+        partial_head, partial_body = (
+            socket.create_connection(address, timeout=30),
+            socket.create_connection(address, timeout=30),
+        )
+        partial_head.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\n")
+        partial_body.sendall(b'POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"text"')
+        try:
+            # Closed by the server (EOF), not by the 30 s timeout of these sockets (which would raise).
+            assert all(read_until_closed(connection) == b"" for connection in [*silent, partial_head])
+            answer = read_until_closed(partial_body)
+        finally:
+            for connection in [*silent, partial_head, partial_body]:
+                connection.close()
+        with httpx.Client(base_url=f"http://{address[0]}:{address[1]}", timeout=60) as client:
+            still = client.post("/translate", json={"text": "A man.", **SHORT})
+    assert answer_of(answer)[0] == 408 and b"did not arrive within 0.5 s" in answer
+    assert still.status_code == 200
+
+
+def test_at_shutdown_connections_waiting_in_the_kernel_are_answered_503_with_retry_after(
+    serving_model, monkeypatch
+) -> None:
+    release, stopping, holding, sent = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    original = serving_model.model.generate
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        release.wait(60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(serving_model.model, "generate", held)
+    body = json.dumps({"text": "A man.", **SHORT}).encode()
+    request = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    app = create_app(serving_model, max_wait=0.0)
+    with running_server(app) as (server, thread):
+        tick = server.on_tick
+
+        async def on_tick(counter: int) -> bool:
+            # SIGTERM's flag, seen while the event loop is held (as under load): the connections made meanwhile wait
+            # in the kernel's listen queue, unread, when the shutdown begins.
+            if not stopping.is_set():
+                return await tick(counter)
+            holding.set()
+            assert sent.wait(30)
+            return True
+
+        monkeypatch.setattr(server, "on_tick", on_tick)
+        address = server.servers[0].sockets[0].getsockname()
+        in_flight = socket.create_connection(address, timeout=60)
+        in_flight.sendall(request)
+        wait_until(lambda: app.state.batcher.admitted == 1)
+        stopping.set()
+        assert holding.wait(30)
+        waiting = [socket.create_connection(address, timeout=60) for _ in range(20)]
+        for connection in waiting:
+            connection.sendall(request)
+        sent.set()
+        release.set()
+        thread.join(60)
+        answers = [answer_of(read_until_closed(connection)) for connection in [in_flight, *waiting]]
+        for connection in [in_flight, *waiting]:
+            connection.close()
+    assert not thread.is_alive()
+    assert answers[0][0] == 200 and json.loads(answers[0][2])["translations"]  # the request in flight is served
+    for status, headers, answer in answers[1:]:
+        assert (status, headers["retry-after"], headers["connection"]) == (503, RETRY_AFTER, "close")
+        assert "shutting down" in json.loads(answer)["error"]
 
 
 # ---------------------------------------------------------------------------------------------------- the batcher
@@ -430,14 +596,27 @@ def server_process(model_dir: Path, *options: str) -> Iterator[tuple[subprocess.
 @pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_then_exits_0(bpe_model: Path) -> None:
     # The request waits 3 s for company (--max-wait-ms): SIGTERM comes while it is in the server.
+    # Connections opened just before the signal get an answer too: served, or 503 with Retry-After, never a reset.
+    body = json.dumps({"text": "A man.", **SHORT}).encode()
+    request = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request += b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     with server_process(bpe_model, "--max-wait-ms", "3000") as (process, url, lines):
         with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(1) as pool:
             answer = pool.submit(client.post, "/translate", json={"text": ["A man.", "A dog."], **SHORT})
             wait_until(lambda: client.get("/health").json()["queued"] == 1)
+            late = [
+                socket.create_connection((httpx.URL(url).host, httpx.URL(url).port), timeout=120) for _ in range(10)
+            ]
+            for connection in late:
+                connection.sendall(request)
             process.send_signal(signal.SIGTERM)
             response = answer.result(120)
             status = process.wait(120)
+            answers = [answer_of(read_until_closed(connection)) for connection in late]
+            for connection in late:
+                connection.close()
     assert response.status_code == 200 and len(response.json()["translations"]) == 2
+    assert all(code == 200 or (code == 503 and headers["retry-after"]) for code, headers, _ in answers), answers
     assert status == 0, "".join(lines)
     assert "Shutting down" in "".join(lines) and "Traceback" not in "".join(lines)
 
@@ -446,6 +625,11 @@ def test_serve_errors_are_one_line_and_exit_2(bpe_model: Path, tmp_path: Path, c
     for argv, words in (
         (["serve", str(tmp_path)], "is not a saved model folder"),
         (["serve", str(bpe_model), "--bf16", "--int8"], "`--bf16` and `--int8`"),
+        (["serve", str(bpe_model), "--request-timeout", "inf"], "`--request-timeout` must be a number of seconds > 0"),
+        (
+            ["serve", str(bpe_model), "--max-input-tokens", str(2**70)],
+            "`--max-input-tokens` must be an integer from 2",
+        ),
     ):
         with pytest.raises(SystemExit) as exit_:
             main(argv)

@@ -17,14 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vanilla_transformer.errors import OptionError
+from hf_vanilla_transformer.errors import DECODING_RANGES, OptionError, check_decoding
 from hf_vanilla_transformer.inference import evaluation
 from hf_vanilla_transformer.inference.evaluation import Hypothesis
 from hf_vanilla_transformer.inference.loading import decoding_attention, load_model
 from hf_vanilla_transformer.inference.translation import (
+    EvaluateOptions,
     TranslateOptions,
     Translation,
     _chunks,
+    evaluate,
     pharaoh,
     token_words,
     translate,
@@ -32,6 +34,8 @@ from hf_vanilla_transformer.inference.translation import (
     translation_line,
     word_alignment,
 )
+from hf_vanilla_transformer.model.generation_vanilla_transformer import gnmt_length_penalty
+from hf_vanilla_transformer.training.options import TrainOptions, check_report_values
 
 from .test_cli import one_line_error, run
 
@@ -175,7 +179,18 @@ def test_output_file_and_gzip_input(bpe_model, capsys, monkeypatch, tmp_path) ->
     [
         (["--n-best", "5"], "`--n-best` 5 needs at least 5 beams, but the decoding has 4"),
         (["--n-best", "2", "--num-beams", "1"], "Pass `--num-beams 2` or more, or a smaller `--n-best`"),
-        (["--length-penalty", "nan"], "`--length-penalty` must be a finite number"),
+        (
+            ["--length-penalty", "nan"],
+            "`--length-penalty` must be a number from -5 to 5 (the paper's is 0.6), got nan.",
+        ),
+        # Finite but absurd: refused with the range instead of an OverflowError traceback from ((5 + |Y|) / 6) ** α.
+        (["--length-penalty", "1e308"], "`--length-penalty` must be a number from -5 to 5 (the paper's is 0.6)"),
+        (
+            ["--num-beams", "1000000"],
+            "`--num-beams` must be an integer from 1 to 1000 (the paper's is 4), got 1000000.",
+        ),
+        (["--max-new-tokens", "1000000000000"], "`--max-new-tokens` must be an integer from 1 to 16384"),
+        (["--max-input-tokens", str(2**70)], "`--max-input-tokens` must be an integer from 2 to 1000000"),
         (["--n-best", "0"], "argument --n-best: must be a positive integer, got '0'"),
         (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
         (["--bf16", "--int8"], "`--bf16` and `--int8` are precisions for the same products; pass one of them."),
@@ -650,14 +665,51 @@ def test_bad_decoding_modes_are_one_line(bpe_model, capsys, monkeypatch, tmp_pat
     assert out == "" and not output.exists()
 
 
+def test_each_decoding_range_takes_its_bounds_and_refuses_past_them_in_translate_evaluate_and_train(
+    bpe_model,
+) -> None:
+    for name, allowed in DECODING_RANGES.items():
+        step = 1 if allowed.integer else 1e-6
+        check_decoding(**{name: allowed.low}, **{f"eval_{name}": allowed.high})
+        for value in (allowed.low - step, allowed.high + step, math.nan, True, "4"):
+            with pytest.raises(OptionError, match=rf"^`{name}` must be .* from {allowed.low} to {allowed.high} \("):
+                check_decoding(**{name: value})
+    # The bound on α keeps both penalties finite: in float64 (the beam searches') at any length, in float32 up to
+    # 5e7 tokens.
+    lengths = torch.tensor([1.0, 1024.0, 5e7])
+    for alpha in (DECODING_RANGES["length_penalty"].low, DECODING_RANGES["length_penalty"].high):
+        assert math.isfinite(gnmt_length_penalty(10**30, alpha)) and math.isfinite(float(10**30) ** alpha)
+        assert torch.isfinite(gnmt_length_penalty(lengths, alpha)).all() and torch.isfinite(lengths**alpha).all()
+    # evaluate and train check the same ranges, before any data is read.
+    for options in (EvaluateOptions(bpe_model, length_penalty=1e308), EvaluateOptions(bpe_model, num_beams=10**6)):
+        with pytest.raises(OptionError, match=r"must be .* from"):
+            evaluate(options)
+    with pytest.raises(OptionError, match=r"^`eval_num_beams` must be an integer from 1 to 1000"):
+        check_report_values(TrainOptions(eval_num_beams=2000))
+    with pytest.raises(OptionError, match=r"^`length_penalty` must be a number from -5 to 5"):
+        check_report_values(TrainOptions(length_penalty=1e308))
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"sampling": True, "top_p": 1.5}, "`top_p` must be a number in (0, 1] (1: no cut), got 1.5."),
-        ({"sampling": True, "temperature": 0.0}, "`temperature` must be a positive number"),
+        ({"sampling": True, "temperature": 0.0}, "`temperature` must be a number from 0.01 to 100"),
+        ({"sampling": True, "temperature": 1e-300}, "`temperature` must be a number from 0.01 to 100"),
+        (
+            {"length_penalty": 1e308},
+            "`length_penalty` must be a number from -5 to 5 (the paper's is 0.6), got 1e+308.",
+        ),
+        ({"num_beams": 10**6}, "`num_beams` must be an integer from 1 to 1000"),
+        ({"n_best": 2000}, "`n_best` must be an integer from 1 to 1000"),
+        ({"max_new_tokens": 10**12}, "`max_new_tokens` must be an integer from 1 to 16384"),
         ({"sampling": True, "top_k": -1}, "`top_k` must be a non-negative integer, got -1."),
         ({"sampling": True, "seed": 2**63}, "`seed` must be a non-negative integer below 2**63"),
-        ({"num_return_sequences": 0}, "`num_return_sequences` must be a positive integer, got 0."),
+        ({"num_return_sequences": 0}, "`num_return_sequences` must be an integer from 1 to 1000"),
+        (
+            {"sampling": True, "num_return_sequences": 10**6},
+            "`num_return_sequences` must be an integer from 1 to 1000",
+        ),
         ({"prefixes": ["w5"]}, "`prefixes` has 1 lines, `sentences` 2: pass one prefix per sentence"),
         ({"num_beams": 1, "num_return_sequences": 2}, "`num_return_sequences` 2 needs at least 2 beams"),
     ],

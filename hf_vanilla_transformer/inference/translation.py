@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,7 +22,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
-from ..errors import OptionError, check_length_penalty
+from ..errors import OptionError, check_decoding
 from ..files import existing_file, writable_file
 from . import evaluation
 from .attention_maps import eager_attention
@@ -106,27 +105,25 @@ _SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
 def check_translate_options(options: TranslateOptions, default_beams: int = 1) -> None:
     """One-line errors for values the command line's parser would have refused (library callers) and for options
     that contradict each other; `default_beams`: the model's own beam count (`num_beams` unless given)."""
-    counts = (("batch_size", options.batch_size), ("num_beams", options.num_beams))
-    counts += (("max_new_tokens", options.max_new_tokens), ("n_best", options.n_best))
-    counts += (("num_return_sequences", options.num_return_sequences),)
-    for name, value in counts:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise OptionError(f"`{name}` must be a positive integer, got {value!r}.")
+    batch_size = options.batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise OptionError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    check_decoding(
+        num_beams=options.num_beams,
+        n_best=options.n_best,
+        num_return_sequences=options.num_return_sequences,
+        length_penalty=options.length_penalty,
+        max_new_tokens=options.max_new_tokens,
+        max_input_tokens=options.max_input_tokens,
+    )
     # Seeds below 2**63: the k-th generate() call uses seed + k, and torch takes seeds below 2**64.
     for name, value, bound in (("top_k", options.top_k, ""), ("seed", options.seed, " below 2**63")):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
             raise OptionError(f"`{name}` must be a non-negative integer{bound}, got {value!r}.")
-    top_p, temperature = options.top_p, options.temperature
-    for name, value in (("top_p", top_p), ("temperature", temperature)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise OptionError(f"`{name}` must be a number, got {value!r}.")
-    if top_p is not None and not 0 < top_p <= 1:
+    top_p = options.top_p
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise OptionError(f"`top_p` must be a number in (0, 1] (1: no cut), got {top_p!r}.")
-    if temperature is not None and not 0 < temperature < math.inf:
-        raise OptionError(
-            f"`temperature` must be a positive number (1: the model's distribution), got {temperature!r}."
-        )
-    check_length_penalty(options.length_penalty)
+    check_decoding(temperature=options.temperature)
     check_precisions(options.bf16, options.int8, options.bf16_weights)
     if not options.sampling:
         for name in _SAMPLING_FIELDS:
@@ -150,9 +147,6 @@ def check_translate_options(options: TranslateOptions, default_beams: int = 1) -
             f"`{name}` {outputs} needs at least {outputs} beams, but the decoding has {beams} (`num_beams`, else the "
             f"model's generation_config.json). Pass `num_beams={outputs}` or more, or a smaller `{name}`."
         )
-    limit = options.max_input_tokens
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
-        raise OptionError(f"`max_input_tokens` must be an integer of at least 2 (a token and `</s>`), got {limit!r}.")
 
 
 def decoding_beams(options: TranslateOptions, default_beams: int = 1) -> int:
@@ -558,7 +552,9 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     from ..training.data import load_multi30k, read_lines
 
     model_dir = model_folder(options.model_dir, options.trust_remote_code)
-    check_length_penalty(options.length_penalty)
+    check_decoding(
+        num_beams=options.num_beams, length_penalty=options.length_penalty, max_input_tokens=options.max_input_tokens
+    )
     if (options.src is None) != (options.ref is None):
         raise OptionError("`src` and `ref` go together; pass both files or neither.")
     if options.output is not None:  # checked before the data is read and decoded, which can take long

@@ -7,7 +7,7 @@ try:
 except ImportError as error:  # an optional extra: only serving needs it
     raise ImportError("Serving needs FastAPI and uvicorn: pip install 'hf_vanilla_transformer[serve]'.") from error
 
-from .app import Limits, ServeOptions, create_app, load_serving_model, serve
+from .app import Limits, ServeOptions, create_app, http_server, load_serving_model, serve
 from .batching import DynamicBatcher, Item, QueueFullError, ShuttingDownError
 from .engine import ServingModel
 
@@ -20,6 +20,7 @@ __all__ = [
     "ServingModel",
     "ShuttingDownError",
     "create_app",
+    "http_server",
     "load_serving_model",
     "serve",
 ]

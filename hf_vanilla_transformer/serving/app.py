@@ -9,8 +9,10 @@
 
 Requests from concurrent clients are batched (batching.DynamicBatcher: one `generate()` per batch on one worker
 thread). Errors are JSON {"error": one line naming the field, its value and the limit or fix, ...}: 400 malformed
-JSON, 413 more sentences or characters than the limits, 422 wrong types and values, 503 a full queue. On SIGTERM
-(or Ctrl-C) the server stops accepting connections, answers the requests it has, then exits with status 0.
+JSON, 408 a body that did not arrive in time, 413 more sentences or characters than the limits (or a longer body,
+refused while it is read), 422 wrong types and values, 503 a full queue. On SIGTERM (or Ctrl-C) the server stops
+accepting connections, answers the requests it has (503 with Retry-After for those it had not started), then exits
+with status 0. connections.py keeps bodies and connections bounded.
 """
 
 from __future__ import annotations
@@ -30,17 +32,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import OptionError
+from ..errors import OptionError, check_decoding
 from ..inference.loading import DEVICES, check_precisions, load_model, load_tokenizer, model_folder
 from ..inference.translation import TranslateOptions, check_translate_options
 from .batching import DynamicBatcher, Item, QueueFullError, ShuttingDownError
+from .connections import RETRY_AFTER, BodyLimit, DrainingServer, ErrorResponse, ServerConfig
 from .engine import ServingModel
 
 logger = logging.getLogger(__name__)
@@ -60,7 +62,8 @@ class ServeOptions:
     `max_batch_tokens` source tokens with padding (sentences × the longest); the first waits at most `max_wait_ms`
     for others. Limits: `max_queue` requests waiting or being translated (more: 503), `max_sentences` per request
     and `max_chars` per sentence (more: 413); `max_input_tokens`: the default cut of long sources (the tokenizer's
-    limit if None). `access_log`: one log line per request."""
+    limit if None); `request_timeout`: seconds for a request's head to arrive (else the connection is closed) and
+    as many for its body (else 408). `access_log`: one log line per request."""
 
     model_dir: str | os.PathLike
     host: str = "127.0.0.1"
@@ -76,6 +79,7 @@ class ServeOptions:
     max_sentences: int = 64
     max_chars: int = 1000
     max_input_tokens: int | None = None
+    request_timeout: float = 30.0
     access_log: bool = True
 
 
@@ -86,11 +90,13 @@ class Limits:
     max_sentences: int = 64
     max_chars: int = 1000
     max_input_tokens: int | None = None
+    request_timeout: float = 30.0
 
     @property
     def max_body_bytes(self) -> int:
         """A request body longer than this cannot pass the limits (a character is at most 6 bytes of JSON,
-        `\\uXXXX`), so it is refused before it is read."""
+        `\\uXXXX`), so it is refused: before it is read when its length is declared, once this much has arrived
+        when it is chunked."""
         return 6 * self.max_sentences * self.max_chars * 2 + 65536  # text and prefix, and the options
 
 
@@ -103,24 +109,26 @@ class _Body(BaseModel):
 
 
 class TranslateRequest(_Body):
+    # Values are checked as `translate` checks them (check_translate_options, errors.DECODING_RANGES); the bounds
+    # here are the server's own, on the work of one request.
     text: str | list[str] = Field(description='a sentence, or a list of sentences (a blank one translates to "")')
-    num_beams: int | None = Field(None, ge=1, le=MAX_BEAMS, description="beams (default: the model's, §6.1: 4)")
+    num_beams: int | None = Field(None, le=MAX_BEAMS, description="beams (default: the model's, §6.1: 4)")
     n_best: int | None = Field(
-        None, ge=1, le=MAX_BEAMS, description="N outputs per sentence with their scores (beam search: N <= beams)"
+        None, le=MAX_BEAMS, description="N outputs per sentence with their scores (beam search: N <= beams)"
     )
-    length_penalty: float | None = Field(None, allow_inf_nan=False, description="alpha (the model's kind stays)")
-    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS, description="cap on every output, EOS included")
-    max_input_tokens: int | None = Field(None, ge=2, description="cut longer sources to this many tokens")
+    length_penalty: float | None = Field(None, description="alpha, -5 to 5 (the model's kind stays)")
+    max_new_tokens: int | None = Field(None, le=MAX_NEW_TOKENS, description="cap on every output, EOS included")
+    max_input_tokens: int | None = Field(None, description="cut longer sources to this many tokens (2 or more)")
     sampling: bool = Field(False, description="sample instead of beam search (back-translation)")
-    top_k: int | None = Field(None, ge=0, description="sampling: the k most likely tokens only (0: all, the default)")
-    top_p: float | None = Field(None, gt=0, le=1, description="sampling: nucleus probability mass (default 1)")
-    temperature: float | None = Field(None, gt=0, allow_inf_nan=False, description="sampling: default 1")
+    top_k: int | None = Field(None, description="sampling: the k most likely tokens only (0: all, the default)")
+    top_p: float | None = Field(None, description="sampling: nucleus probability mass, in (0, 1] (default 1)")
+    temperature: float | None = Field(None, description="sampling: 0.01 to 100 (default 1)")
     num_return_sequences: int | None = Field(
-        None, ge=1, le=MAX_BEAMS, description="N outputs per sentence (beam search: N <= beams); not with n_best"
+        None, le=MAX_BEAMS, description="N outputs per sentence (beam search: N <= beams); not with n_best"
     )
     scores: bool = Field(False, description="each output with its score (n_best implies it)")
     alignments: bool = Field(False, description="each output with its hard word alignment to the source")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the same samples for the same request")
+    seed: int | None = Field(None, description="sampling: the same samples for the same request")
     prefix: str | list[str] | None = Field(
         None, description="the translation starts with this text (one for all sentences, or one per sentence)"
     )
@@ -203,12 +211,12 @@ def _field_name(location: tuple[Any, ...]) -> str:
     return name or "body"
 
 
-def _validation_response(request: Request, error: RequestValidationError) -> JSONResponse:
+def _validation_response(request: Request, error: RequestValidationError) -> ErrorResponse:
     """FastAPI's validation errors as one line naming each field and value: malformed JSON 400, the rest 422."""
     errors = error.errors()
     if any(item["type"] == "json_invalid" for item in errors):
         where = errors[0].get("ctx", {}).get("error", "")
-        return JSONResponse({"error": f"The body is not valid JSON ({where}). Send a JSON object."}, status_code=400)
+        return ErrorResponse({"error": f"The body is not valid JSON ({where}). Send a JSON object."}, status_code=400)
     found = [(_field_name(tuple(item["loc"])), item) for item in errors]
     problems, seen = [], set()
     for field, item in found:
@@ -226,7 +234,7 @@ def _validation_response(request: Request, error: RequestValidationError) -> JSO
     line = "; ".join(
         f"`{p['field']}`" + (f" = {p['value']!r}" if "value" in p else "") + f": {p['message']}" for p in problems[:3]
     )
-    return JSONResponse({"error": line + "." + hint, "errors": problems}, status_code=422)
+    return ErrorResponse({"error": line + "." + hint, "errors": problems}, status_code=422)
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -246,11 +254,24 @@ def _sentences(text: str | list[str], limits: Limits) -> list[str]:
             limit=limits.max_sentences,
         )
     for index, source in enumerate(sources):
-        _check_length(f"text[{index}]" if not isinstance(text, str) else "text", source, limits)
+        _check_text(f"text[{index}]" if not isinstance(text, str) else "text", source, limits)
     return sources
 
 
-def _check_length(field: str, text: str, limits: Limits) -> None:
+def _check_text(field: str, text: str, limits: Limits) -> None:
+    """413 past the characters' limit; 422 for a lone surrogate (JSON's "\\ud800" unpaired), which is no Unicode
+    text: the tokenizer cannot take it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = f"\\u{ord(text[error.start]):04x}"
+        raise ApiError(
+            422,
+            f"`{field}` has a lone surrogate ({code}) at character {error.start}, which is not text: escape a "
+            "character outside the BMP as a pair (\\ud83d\\ude00), or send it as UTF-8.",
+            field,
+            text,
+        ) from None
     if len(text) > limits.max_chars:
         raise ApiError(
             413,
@@ -267,7 +288,7 @@ def _prefixes(body: TranslateRequest, count: int, limits: Limits) -> list[str | 
     if body.prefix is None:
         return [None] * count
     if isinstance(body.prefix, str):
-        _check_length("prefix", body.prefix, limits)
+        _check_text("prefix", body.prefix, limits)
         return [body.prefix or None] * count
     if isinstance(body.text, str) or len(body.prefix) != count:
         raise ApiError(
@@ -278,7 +299,7 @@ def _prefixes(body: TranslateRequest, count: int, limits: Limits) -> list[str | 
             body.prefix,
         )
     for index, prefix in enumerate(body.prefix):
-        _check_length(f"prefix[{index}]", prefix, limits)
+        _check_text(f"prefix[{index}]", prefix, limits)
     return [prefix or None for prefix in body.prefix]
 
 
@@ -343,7 +364,8 @@ def create_app(
         summary=f"Translation with {name} (Attention Is All You Need).",
         lifespan=lifespan,
     )
-    app.state.batcher, app.state.limits = batcher, limits
+    # Set when the server begins to stop (DrainingServer): requests not yet started are answered 503.
+    app.state.batcher, app.state.limits, app.state.stopping = batcher, limits, threading.Event()
     page = PAGE.read_text(encoding="utf-8")
 
     async def answer(future: Any) -> Any:
@@ -365,34 +387,32 @@ def create_app(
             )
             raise ApiError(503, message, limit=batcher.max_queue, headers={"Retry-After": "1"}) from None
         except ShuttingDownError as error:
-            raise ApiError(503, str(error)) from None
+            raise ApiError(503, str(error), headers={"Retry-After": RETRY_AFTER}) from None
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, error: ApiError) -> JSONResponse:
-        return JSONResponse(error.body, status_code=error.status, headers=error.headers)
+    async def api_error(request: Request, error: ApiError) -> ErrorResponse:
+        return ErrorResponse(error.body, status_code=error.status, headers=error.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, error: StarletteHTTPException) -> ErrorResponse:
         # Starlette's own refusals (404, 405, a body that is not UTF-8) in the same form as the API's errors.
         message = f"{error.detail} ({request.method} {request.url.path})."
         if error.status_code == 400:  # the only 400 of Starlette here: a body that json.loads cannot read
             message = f"The body is not valid JSON ({error.detail}). Send a JSON object, in UTF-8."
-        return JSONResponse({"error": message}, status_code=error.status_code, headers=error.headers)
+        return ErrorResponse({"error": message}, status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, error: RequestValidationError) -> ErrorResponse:
         return _validation_response(request, error)
 
-    @app.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limits.max_body_bytes:
-            message = (
-                f"The body has {int(length)} bytes; the limit is {limits.max_body_bytes} ({limits.max_sentences} "
-                f"sentences of {limits.max_chars} characters: the server's --max-sentences and --max-chars)."
-            )
-            return JSONResponse({"error": message, "limit": limits.max_body_bytes}, status_code=413)
-        return await call_next(request)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=limits.max_body_bytes,
+        timeout=limits.request_timeout,
+        stopping=app.state.stopping.is_set,
+        limit_words=f"{limits.max_sentences} sentences of {limits.max_chars} characters: the server's "
+        "--max-sentences and --max-chars",
+    )
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -448,9 +468,9 @@ def create_app(
         """The encoder-decoder attention of one decoder layer and head, teacher-forced on `translation`."""
         if not body.text.strip():
             raise ApiError(422, "`text` is blank; pass a sentence.", "text", body.text)
-        _check_length("text", body.text, limits)
+        _check_text("text", body.text, limits)
         if body.translation is not None:
-            _check_length("translation", body.translation, limits)
+            _check_text("translation", body.translation, limits)
         for field, value, count, what in (
             ("layer", body.layer, model.decoder_layers, "layers"),
             ("head", body.head, model.decoder_heads, "heads"),
@@ -479,21 +499,21 @@ def create_app(
 
 def _check_serve_options(options: ServeOptions) -> None:
     """One-line errors for values the command line's parser would have refused (library callers)."""
-    counts = ("port", "max_batch_tokens", "max_queue", "max_sentences", "max_chars", "max_input_tokens")
-    for name in counts:
+    for name in ("port", "max_batch_tokens", "max_queue", "max_sentences", "max_chars"):
         value = getattr(options, name)
-        low = 0 if name == "port" else 2 if name == "max_input_tokens" else 1
-        if value is None and name == "max_input_tokens":
-            continue
+        low = 0 if name == "port" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (name == "port" and value > 65535):
             what = "a port number (0 to 65535)" if name == "port" else f"an integer of at least {low}"
             raise OptionError(f"`{name}` must be {what}, got {value!r}.")
-    if isinstance(options.max_wait_ms, bool) or not (
-        isinstance(options.max_wait_ms, (int, float))
-        and math.isfinite(options.max_wait_ms)
-        and options.max_wait_ms >= 0
+    check_decoding(max_input_tokens=options.max_input_tokens)
+    for name, unit, positive in (
+        ("max_wait_ms", "milliseconds >= 0", False),
+        ("request_timeout", "seconds > 0", True),
     ):
-        raise OptionError(f"`max_wait_ms` must be a number of milliseconds >= 0, got {options.max_wait_ms!r}.")
+        value = getattr(options, name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or value < 0 or (positive and value == 0):
+            raise OptionError(f"`{name}` must be a number of {unit}, got {value!r}.")
     if options.device not in DEVICES:
         raise OptionError(f"`device={options.device}` is not one of {', '.join(DEVICES)}.")
     check_precisions(options.bf16, options.int8, options.bf16_weights)
@@ -509,18 +529,30 @@ def load_serving_model(options: ServeOptions) -> ServingModel:
     return ServingModel(model, load_tokenizer(folder, options.trust_remote_code), bf16=options.bf16)
 
 
+def http_server(app: FastAPI, host: str, port: int, access_log: bool = True) -> DrainingServer:
+    """uvicorn serving `app` (create_app's) on `host`:`port` with the connection guards of connections.py: a
+    deadline for each request head (the app's `request_timeout`), and a shutdown that answers every connection the
+    kernel has accepted. Idle keep-alive connections close after uvicorn's 5 s."""
+    config = ServerConfig(
+        app,
+        app.state.limits.request_timeout,
+        host=host,
+        port=port,
+        access_log=access_log,
+        timeout_graceful_shutdown=None,
+    )
+    return DrainingServer(config, app.state.stopping)
+
+
 def serve(options: ServeOptions) -> None:
     """Load the model, serve it until SIGTERM or SIGINT (Ctrl-C), answer the requests in flight, and return."""
     _check_serve_options(options)
     model = load_serving_model(options)
-    limits = Limits(options.max_sentences, options.max_chars, options.max_input_tokens)
+    limits = Limits(options.max_sentences, options.max_chars, options.max_input_tokens, options.request_timeout)
     app = create_app(
         model, limits, options.max_batch_tokens, options.max_wait_ms / 1000, options.max_queue, str(options.model_dir)
     )
-    config = uvicorn.Config(
-        app, host=options.host, port=options.port, access_log=options.access_log, timeout_graceful_shutdown=None
-    )
-    server = uvicorn.Server(config)
+    server = http_server(app, options.host, options.port, options.access_log)
     logger.info(f"Serving {options.model_dir}: the page at /, the API at /translate, its docs at /docs")
 
     def stop(signum: int, frame: object) -> None:
@@ -551,6 +583,7 @@ __all__ = [
     "ServeOptions",
     "TranslateRequest",
     "create_app",
+    "http_server",
     "load_serving_model",
     "serve",
 ]

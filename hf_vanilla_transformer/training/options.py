@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import OptionError, check_length_penalty
+from ..errors import OptionError, check_decoding
 from ..files import MODEL_DIR, RESULTS_FILE
 from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
@@ -287,7 +287,12 @@ def check_report_values(options: TrainOptions) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             fallback = "§6.1's 4" if name == "num_beams" else "no cut"
             raise OptionError(f"`{name}={value}` must be a positive whole number, or None for {fallback}.")
-    check_length_penalty(options.length_penalty)
+    check_decoding(
+        num_beams=options.num_beams,
+        test_num_beams=options.test_num_beams,
+        eval_num_beams=options.eval_num_beams,
+        length_penalty=options.length_penalty,
+    )
     try:
         from model_card import check_language, check_license
     except ImportError:
