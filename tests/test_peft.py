@@ -124,3 +124,33 @@ def test_an_edit_through_data_needs_the_step_again_and_an_in_place_edit_does_not
         fc1.weight.mul_(0.5)
         model.model.shared.weight.mul_(0.5)
     assert logits_match_the_plain_model()
+
+
+def test_prefix_tuning_generates_with_its_prompt_in_the_cache() -> None:
+    """PEFT's prefix tuning hands its prompt's keys and values over as `past_key_values` beside generate()'s own
+    `cache`: greedy decoding's step logits, and beam search's scores (α = 0: the sums of the log-probabilities), are
+    those of one full forward pass with the prompt (PEFT's forward, no cache reuse), and the prompt changes them."""
+    batch = random_batch()
+    config = peft.PrefixTuningConfig(task_type="SEQ_2_SEQ_LM", num_virtual_tokens=3)
+    model = peft.get_peft_model(tiny_model(seed=5), config).eval()
+    source = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    tokens, logits = scored_generation(model, batch)
+    beams = model.generate(
+        **source,
+        max_new_tokens=6,
+        num_beams=3,
+        length_penalty=0.0,
+        do_sample=False,
+        eos_token_id=None,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    with torch.no_grad():
+        full = model(**source, decoder_input_ids=tokens[:, :-1]).logits
+        beam_logits = model(**source, decoder_input_ids=beams.sequences[:, :-1]).logits
+        with model.disable_adapter():
+            plain = model(**source, decoder_input_ids=tokens[:, :-1]).logits
+    torch.testing.assert_close(logits.transpose(0, 1), full, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(full, plain, atol=1e-2)
+    chosen = beam_logits.log_softmax(-1).gather(-1, beams.sequences[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(beams.sequences_scores, chosen.sum(-1), atol=1e-4, rtol=1e-4)

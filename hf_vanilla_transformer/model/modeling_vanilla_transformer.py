@@ -593,11 +593,15 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
 
 def cache_argument(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
     """The decoder cache, under either name: `generate()` passes it as `past_key_values` up to transformers 5.23 and
-    as `cache` from 5.24 on (where `past_key_values` is deprecated)."""
+    as `cache` from 5.24 on (where `past_key_values` is deprecated). A wrapper that fills the cache before the decoder
+    runs (PEFT's prefix tuning: its prompt's keys and values) passes it as `past_key_values` beside `generate()`'s own
+    `cache`: at the first step, where `generate()`'s is still empty, the prompt starts the cache; at later steps
+    (the wrapper looks for the cache under its old name only, finds none and adds the prompt again) `generate()`'s
+    holds the prompt and the tokens so far, and is the cache."""
     cache = kwargs.pop("cache", None)
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the decoder cache once, as `cache` or as `past_key_values`, not both.")
-    return past_key_values if past_key_values is not None else cache
+    if cache is None or past_key_values is None:
+        return past_key_values if past_key_values is not None else cache
+    return cache if cache.get_seq_length() > 0 else past_key_values
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
