@@ -37,7 +37,7 @@ from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
 from .errors import Terminated, close_matches, flag_wording, sigterm_raises_terminated
-from .files import RESULTS_FILE, existing_file, no_space_message, writable_file
+from .files import RESULTS_FILE, exclusive_lock, existing_file, no_space_message, writable_file
 from .hub import PushOptions, push
 from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
 from .inference.cpu_inference import keep_freed_memory
@@ -753,12 +753,16 @@ def _add_translate_parser(subparsers: Any) -> None:
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
-    parser.add_argument("--input", metavar="FILE", help="translate the lines of this UTF-8 file (.gz allowed)")
+    parser.add_argument(
+        "--input",
+        metavar="FILE",
+        help="translate the lines of this UTF-8 file (.gz allowed); a pipe (FIFO) streams line by line as stdin does",
+    )
     parser.add_argument(
         "--output",
         metavar="FILE",
         help="write the translations to this file instead of stdout (flushed after each chunk: a run that stops "
-        "leaves the lines done so far)",
+        "leaves the lines done so far; one run at a time: a second run naming it is refused)",
     )
     parser.add_argument("--batch-size", type=_positive_int, default=32, help="lines per chunk (one batch)")
     parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
@@ -848,10 +852,23 @@ def _add_translate_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run_translate)
 
 
+def _input_lines(path: Path, stack: contextlib.ExitStack) -> list[str] | Iterator[str]:
+    """The lines of `translate --input`: a file (or .gz) is read whole as `evaluate --src` reads it (UTF-8, else an
+    error naming the line, before any decoding; a CRLF line end is a line end); a pipe (a FIFO, bash's `<(...)`)
+    line by line as it arrives, as stdin, so that a line written into it is translated before the writer closes
+    it."""
+    from .training.data import LineStream, read_lines
+
+    if path.is_file() or path.suffix == ".gz":
+        return read_lines(path)
+    return LineStream(stack.enter_context(open(path, "rb")), str(path))
+
+
 def run_translate(args: argparse.Namespace) -> int:
-    """The `translate` subcommand: one output line per input line, in input order (`translation.translation_line`).
-    --input is read as `evaluate --src` reads its file (UTF-8, else an error naming the line, before any decoding;
-    a CRLF line end is a line end); stdin the same way, line by line as it arrives."""
+    """The `translate` subcommand: one output line per input line, in input order (`translation.translation_line`),
+    from the arguments, --input (`_input_lines`) or stdin (line by line as it arrives). A file or stream's leading
+    byte order mark is dropped (data.BOM). One run at a time writes an --output file: it holds the file's lock
+    (files.exclusive_lock) from the start, and a second run is refused before it loads anything."""
     from .inference.translation import TranslateOptions, translate_stream, translation_line
     from .training.data import LineStream, read_lines
 
@@ -861,26 +878,28 @@ def run_translate(args: argparse.Namespace) -> int:
     model_folder(args.model_dir, args.trust_remote_code)  # a wrong folder is reported before stdin is read
     if args.text and args.input is not None:
         raise CommandLineError("Pass sentences either as arguments or with `--input`, not both.")
-    if args.output is not None:
-        inputs = [("model_dir", args.model_dir), ("input", args.input), ("prefixes", args.prefixes)]
-        output = writable_file(args.output, "output", "text", "translations.txt", inputs)
-    if args.text:
-        lines = args.text
-    elif args.input is not None:
-        lines = read_lines(existing_file(args.input, "input"))
-    else:
-        lines = LineStream(sys.stdin.buffer, "stdin")
-    # --prefix FILE is read whole, before decoding (a bad byte is reported first); its lines go along with the input.
-    prefixes = read_lines(existing_file(args.prefixes, "prefixes")) if args.prefixes is not None else None
-    names = (
-        *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
-        *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8", "num_return_sequences", "scores"),
-        *("sampling", "top_k", "top_p", "temperature", "seed", "prefix_column", "alignments"),
-    )
-    results = translate_stream(TranslateOptions(**_options(args, names)), lines, prefixes)
-    # The first line comes once the model is loaded and the options checked: only then is --output created.
-    first = list(itertools.islice(results, 1))
     with contextlib.ExitStack() as stack:
+        if args.output is not None:
+            inputs = [("model_dir", args.model_dir), ("input", args.input), ("prefixes", args.prefixes)]
+            output = writable_file(args.output, "output", "text", "translations.txt", inputs)
+            if not output.exists() or output.is_file():  # a device or pipe (/dev/null) is no file to mix lines in
+                stack.enter_context(exclusive_lock(output.resolve(), "output", "translate run"))
+        if args.text:
+            lines = args.text
+        elif args.input is not None:
+            lines = _input_lines(existing_file(args.input, "input"), stack)
+        else:
+            lines = LineStream(sys.stdin.buffer, "stdin")
+        # --prefix FILE is read whole, before decoding (a bad byte is reported first); its lines go with the input.
+        prefixes = read_lines(existing_file(args.prefixes, "prefixes")) if args.prefixes is not None else None
+        names = (
+            *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
+            *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8", "num_return_sequences"),
+            *("scores", "sampling", "top_k", "top_p", "temperature", "seed", "prefix_column", "alignments"),
+        )
+        results = translate_stream(TranslateOptions(**_options(args, names)), lines, prefixes)
+        # The first line comes once the model is loaded and the options checked: only then is --output created.
+        first = list(itertools.islice(results, 1))
         out = sys.stdout if args.output is None else stack.enter_context(open(output, "w", encoding="utf-8"))
         for hypotheses in itertools.chain(first, results):
             out.write(translation_line(hypotheses) + "\n")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .errors import OptionError
 
@@ -420,6 +421,63 @@ def replaced_folder(
         shutil.rmtree(partial, ignore_errors=True)  # the new folder on an error, the old one after the swap
 
 
+# ------------------------------------------------------------------------------------------------ one writer
+# An output that a command writes for a long time (train's run folder, translate's --output) is held by an exclusive
+# lock (`flock`) on `.NAME.lock` beside it, with the holder's PID in it: a second writer is refused, naming that PID.
+# The operating system drops the lock when the holder dies, however it dies, so a killed writer blocks nothing. The
+# lock file is never deleted: deleting it lets a waiting process lock the deleted file while a third locks a new one.
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file of the output `path`: `.NAME.lock` beside it."""
+    return path.parent / f".{path.name}.lock"
+
+
+def _locked_by(path: Path, handle: IO[str], option: str, writer: str) -> OptionError | None:
+    """None where `handle` (the open lock file of `path`) got the lock; else the error that names its holder, a
+    `writer` ("training run") writing `option`."""
+    import fcntl  # POSIX only: imported where a lock is taken, so that the module loads everywhere
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        return OptionError(
+            f"`{option}` {path} is in use by another {writer} (PID {holder}; lock {lock_path(path)}). Wait for it to "
+            f"end or stop it, or pass another `{option}`."
+        )
+    return None
+
+
+def refuse_if_locked(path: Path, option: str, writer: str) -> None:
+    """Refuse (OptionError, naming the holder's PID) an output that another `writer` holds (`exclusive_lock`),
+    changing nothing on disk: the lock file is only opened, and a lock got is let go at once."""
+    try:
+        handle = open(lock_path(path), encoding="utf-8")
+    except OSError:  # no lock file (or none readable): no writer has held the output
+        return
+    with handle:
+        error = _locked_by(path, handle, option, writer)
+    if error is not None:
+        raise error
+
+
+@contextmanager
+def exclusive_lock(path: Path, option: str, writer: str) -> Iterator[None]:
+    """Hold the lock of the output `path` for the body; a second holder is refused with its PID (OptionError naming
+    `option`; `writer` says what holds it). POSIX only (`fcntl`); `path`'s parent must exist."""
+    with open(lock_path(path), "a+", encoding="utf-8") as handle:  # "a+": the holder's PID stays readable
+        error = _locked_by(path, handle, option, writer)
+        if error is not None:
+            raise error
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield  # the lock goes with the file's closing, or with the process
+
+
 def writable_folder(path: str | os.PathLike, option: str) -> Path:
     """Create `path` if needed and check that files can be written in it; `option` (a field) names it in the error."""
     path = Path(path)
@@ -511,11 +569,14 @@ __all__ = [
     "Manifest",
     "check_output_folder",
     "claim_folder",
+    "exclusive_lock",
     "existing_file",
     "foreign_entries",
     "is_model_entry",
+    "lock_path",
     "no_space_message",
     "read_manifest",
+    "refuse_if_locked",
     "refuse_inputs",
     "remove_own",
     "replaced_folder",

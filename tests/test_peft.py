@@ -4,6 +4,7 @@ kept (an edit through `.data` needs the step again; PEFT's merge needs nothing m
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,77 @@ def test_an_edit_through_data_needs_the_step_again_and_an_in_place_edit_does_not
         fc1.weight.mul_(0.5)
         model.model.shared.weight.mul_(0.5)
     assert logits_match_the_plain_model()
+
+
+def test_prefix_tuning_generates_with_its_prompt_in_the_cache() -> None:
+    """PEFT's prefix tuning hands its prompt's keys and values over as `past_key_values` beside generate()'s own
+    `cache`: greedy decoding's step logits, and beam search's scores (α = 0: the sums of the log-probabilities), are
+    those of one full forward pass with the prompt (PEFT's forward, no cache reuse), and the prompt changes them."""
+    batch = random_batch()
+    config = peft.PrefixTuningConfig(task_type="SEQ_2_SEQ_LM", num_virtual_tokens=3)
+    model = peft.get_peft_model(tiny_model(seed=5), config).eval()
+    source = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    tokens, logits = scored_generation(model, batch)
+    beams = model.generate(
+        **source,
+        max_new_tokens=6,
+        num_beams=3,
+        length_penalty=0.0,
+        do_sample=False,
+        eos_token_id=None,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    with torch.no_grad():
+        full = model(**source, decoder_input_ids=tokens[:, :-1]).logits
+        beam_logits = model(**source, decoder_input_ids=beams.sequences[:, :-1]).logits
+        with model.disable_adapter():
+            plain = model(**source, decoder_input_ids=tokens[:, :-1]).logits
+    torch.testing.assert_close(logits.transpose(0, 1), full, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(full, plain, atol=1e-2)
+    chosen = beam_logits.log_softmax(-1).gather(-1, beams.sequences[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(beams.sequences_scores, chosen.sum(-1), atol=1e-4, rtol=1e-4)
+
+
+def lora_on_lm_head(model: torch.nn.Module) -> peft.PeftModel:
+    """LoRA on the output projection alone, with random (not zero) B: the adapter changes the logits at once."""
+    config = peft.LoraConfig(r=4, lora_alpha=4, target_modules=["lm_head"], init_lora_weights=False)
+    return peft.get_peft_model(model, config).eval()
+
+
+def test_lora_on_the_tied_lm_head_warns_once_that_merging_moves_embeddings(caplog: pytest.LogCaptureFixture) -> None:
+    """lm_head is the embedding matrix (§3.4 tying): an adapter on it, merged, moves the input embeddings too, so the
+    merged model's logits are not the adapted model's. The first forward pass says so, once, naming the tie and how
+    to untie."""
+    batch = random_batch()
+    model = lora_on_lm_head(tiny_model(seed=6))
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        adapted = model(**batch).logits
+        model(**batch)
+    ours = [message for message in caplog.messages if message.startswith("lm_head carries an adapter")]
+    assert len(ours) == 1 and "tie_word_embeddings=False" in ours[0]
+    with torch.no_grad():
+        merged = model.merge_and_unload()(**batch).logits
+    assert not torch.allclose(merged, adapted, atol=1e-3)  # what the warning is about
+
+
+def test_a_model_loaded_untied_adapts_its_lm_head_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`from_pretrained(folder, tie_word_embeddings=False)` on a folder saved tied (no lm_head weights of its own):
+    lm_head starts as a copy of the embeddings (the same logits as the tied model), LoRA on it says nothing, and the
+    merged model keeps the embeddings and computes the adapted logits."""
+    batch = random_batch()
+    tied = tiny_model(seed=6)
+    tied.save_pretrained(tmp_path)
+    untied = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, tie_word_embeddings=False).eval()
+    embeddings = untied.model.shared.weight.detach().clone()
+    assert untied.lm_head.weight is not untied.model.shared.weight
+    with torch.no_grad():
+        torch.testing.assert_close(untied(**batch).logits, tied(**batch).logits)
+    model = lora_on_lm_head(untied)
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        adapted = model(**batch).logits
+    assert not any(message.startswith("lm_head carries an adapter") for message in caplog.messages)
+    merged = model.merge_and_unload()
+    assert torch.equal(merged.model.shared.weight, embeddings)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(**batch).logits, adapted, atol=1e-5, rtol=1e-5)

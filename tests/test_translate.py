@@ -2,9 +2,11 @@
 closes), line order and blank lines kept, --output, --n-best with scores, --bf16, --bf16-weights, and one-line
 errors."""
 
+import contextlib
 import gzip
 import io
 import itertools
+import json
 import math
 import os
 import queue
@@ -12,7 +14,10 @@ import re
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -48,17 +53,34 @@ def stdin_run(folder, data: bytes, capsys, monkeypatch, *options: str) -> tuple[
     return run(["translate", str(folder), *options], capsys)
 
 
-def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) -> None:
-    """The real thing: a subprocess whose stdin stays open answers what has come (a line and a blank line, fewer than
-    the default --batch-size) at once, and the next line before stdin closes too."""
-    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(bpe_model), *FAST]
+class TranslateProcess(NamedTuple):
+    """A `translate` process and the queue of its stdout's lines."""
+
+    process: subprocess.Popen
+    lines: queue.Queue[bytes]
+
+
+@contextlib.contextmanager
+def translate_process(folder: Path, *options: str, stdin: int | None = None) -> Iterator[TranslateProcess]:
+    """`translate FOLDER` with the fast decoding and `options` in a process of its own (this checkout's package, one
+    thread), and a queue that receives its stdout's lines as they come; killed at the end if still running."""
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "translate", str(folder), *FAST, *options]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO
-    )
+    process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
     lines: queue.Queue[bytes] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     try:
+        yield TranslateProcess(process, lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) -> None:
+    """The real thing: a subprocess whose stdin stays open answers what has come (a line and a blank line, fewer than
+    the default --batch-size) at once, and the next line before stdin closes too."""
+    with translate_process(bpe_model, stdin=subprocess.PIPE) as (process, lines):
         process.stdin.write(b"A dog runs.\n\n")
         process.stdin.flush()
         first = [lines.get(timeout=240) for _ in range(2)]  # a hang here: nothing came before stdin closed
@@ -69,10 +91,6 @@ def test_a_line_piped_in_is_translated_before_stdin_closes(bpe_model, capsys) ->
         assert process.poll() is None, "the process ended before stdin closed"
         process.stdin.close()
         assert process.wait(timeout=120) == 0, process.stderr.read().decode()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert first[1] == b"\n" and first[0].strip() and rest[0].strip()
     code, out, _ = run(["translate", str(bpe_model), "A dog runs.", "Two men.", *FAST], capsys)
     assert code == 0 and out.encode().split(b"\n")[:2] == [first[0].rstrip(b"\n"), rest[0].rstrip(b"\n")]
@@ -718,3 +736,94 @@ def test_bad_decoding_fields_name_the_field(word_model, fields, message) -> None
     with pytest.raises(OptionError) as error:
         translate(TranslateOptions(word_model, ["w5", "w6"], **fields))
     assert message in str(error.value)
+
+
+def test_a_byte_order_mark_is_dropped_at_the_start_of_input_and_stdin_only(bpe_model, capsys, monkeypatch, tmp_path):
+    """A UTF-8 BOM (what Windows editors put first) starts no text: a file, a .gz or stdin starting with one gives
+    the translations of the same lines without it, and `evaluate --src` the same hypotheses. A BOM further on is a
+    character of its line, kept (the readers' lines)."""
+    from hf_vanilla_transformer.training.data import LineStream, read_lines
+
+    text = "A dog runs.\nTwo men.\n"
+    (tmp_path / "plain.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "bom.txt").write_text("\ufeff" + text, encoding="utf-8")
+    with gzip.open(tmp_path / "bom.txt.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\ufeff" + text)
+    greedy = ["--num-beams", "1"]  # no cap on the length: the untrained model's first tokens do not tell them apart
+    argv = ["translate", str(bpe_model), *greedy, "--input"]
+    code, expected, err = run([*argv, str(tmp_path / "plain.txt")], capsys)
+    assert code == 0 and expected.count("\n") == 2, err
+    assert run([*argv, str(tmp_path / "bom.txt")], capsys)[:2] == (0, expected)
+    assert run([*argv, str(tmp_path / "bom.txt.gz")], capsys)[:2] == (0, expected)
+    assert stdin_run(bpe_model, ("\ufeff" + text).encode(), capsys, monkeypatch, *greedy)[:2] == (0, expected)
+    hypotheses = []
+    for name in ("plain.txt", "bom.txt"):
+        argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / name), "--ref", str(tmp_path / "plain.txt")]
+        assert run([*argv, *greedy, "--output", str(tmp_path / f"{name}.json")], capsys)[0] == 0
+        hypotheses.append(json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))["hypotheses"])
+    assert hypotheses[0] == hypotheses[1]
+    (tmp_path / "inner.txt").write_text("\ufeffA.\n\ufeffB.\n", encoding="utf-8")
+    assert read_lines(tmp_path / "inner.txt") == ["A.", "\ufeffB."]
+    assert list(LineStream(io.BytesIO("\ufeffA.\n\ufeffB.\n".encode()), "stdin")) == ["A.", "\ufeffB."]
+
+
+def test_a_line_of_invisible_characters_is_blank(bpe_model, capsys, monkeypatch) -> None:
+    """Zero-width space, non-joiner and joiner, word joiner, BOM and soft hyphen show nothing: a line of them (and
+    white space) is a blank line, an empty output line, never sent to the model; one character that shows makes a
+    line a sentence."""
+    invisible = ["\u200b", "\u200b\u200b \u200c", "\u200d\t\u2060", "\ufeff\u00ad", " \u3000\u200b "]
+    data = "\n".join(["A dog runs.", *invisible, "Two men."]).encode() + b"\n"
+    code, out, err = stdin_run(bpe_model, data, capsys, monkeypatch, *FAST)
+    lines = out.split("\n")
+    assert code == 0 and len(lines) == len(invisible) + 3, err
+    assert lines[0] and lines[-2] and lines[1:-2] == [""] * len(invisible)
+    from hf_vanilla_transformer.inference.translation import is_blank
+
+    assert all(is_blank(line) for line in ["", *invisible])
+    assert not any(is_blank(line) for line in ["a", "\u200ba", ".\u00ad"])
+
+
+def test_a_line_written_into_an_input_fifo_is_translated_before_the_writer_closes_it(bpe_model, tmp_path) -> None:
+    """`--input FIFO` (a named pipe, bash's `<(...)`) streams as stdin does: a line written into it is answered while
+    the writer keeps it open, and the next line too."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    with translate_process(bpe_model, "--input", str(fifo)) as (process, lines):
+        writer = os.open(fifo, os.O_RDWR)  # read-write: never waits for the reader, which may have failed
+        try:
+            os.write(writer, b"A dog runs.\n")
+            first = lines.get(timeout=240)  # a hang here: the FIFO is read to its end before translating
+            assert process.poll() is None, "the process ended before the FIFO closed"
+            os.write(writer, b"Two men.\n")
+            second = lines.get(timeout=240)
+            assert process.poll() is None, "the process ended before the FIFO closed"
+        finally:
+            os.close(writer)  # the last writer: the reader sees the end
+        assert process.wait(timeout=120) == 0, process.stderr.read().decode()
+    assert first.strip() and second.strip()
+
+
+def test_a_second_run_writing_the_same_output_is_refused(bpe_model, capsys, tmp_path) -> None:
+    """While a run writes `--output` (its lock `.NAME.lock` beside it, taken before the model loads), a second run
+    naming the same file exits 2 in one line naming the file and the holder's PID, and changes nothing: the file
+    holds the first run's lines alone. Once the first run has ended, a run writes it again."""
+    output = tmp_path / "out.txt"
+    options = ("--output", str(output), "--batch-size", "1")
+    with translate_process(bpe_model, *options, stdin=subprocess.PIPE) as (holder, _):
+        holder.stdin.write(b"A dog runs.\n")
+        holder.stdin.flush()
+        for _ in range(2400):  # until the holder's first line is in the file (at most 4 minutes)
+            if holder.poll() is not None or (output.exists() and output.read_bytes().endswith(b"\n")):
+                break
+            time.sleep(0.1)
+        assert holder.poll() is None and output.read_bytes().endswith(b"\n"), "the first run wrote no line"
+        argv = ["translate", str(bpe_model), *FAST, "--output", str(output), "Two men.", "A girl."]
+        code, _, err = run(argv, capsys)
+        one_line_error(code, err, f"`--output` {output} is in use by another translate run (PID {holder.pid};")
+        holder.stdin.write(b"Two men.\n")
+        holder.stdin.close()
+        assert holder.wait(timeout=120) == 0, holder.stderr.read().decode()
+    code, expected, _ = run(["translate", str(bpe_model), *FAST, "A dog runs.", "Two men."], capsys)
+    assert code == 0 and output.read_text(encoding="utf-8") == expected
+    assert run([*argv[:-2], "A girl."], capsys)[0] == 0
+    assert output.read_text(encoding="utf-8").count("\n") == 1

@@ -100,6 +100,15 @@ class Translation(NamedTuple):
 
 
 _SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
+# Characters that show nothing and are no white space to str.strip(): zero-width space, non-joiner and joiner, word
+# joiner, zero-width no-break space (BOM), soft hyphen. A line of these and white space is blank: decoded, it would
+# get an invented translation of nothing.
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+
+
+def is_blank(line: str) -> bool:
+    """Whether `line` shows nothing: empty, or white space and invisible characters only (`_INVISIBLE`)."""
+    return all(character.isspace() or character in _INVISIBLE for character in line)
 
 
 def check_translate_options(options: TranslateOptions, default_beams: int = 1) -> None:
@@ -254,14 +263,14 @@ class Translator:
 
     def translate(self, sources: Sequence[str], prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
         """The outputs of each of `sources`, in input order: `outputs` of them (best first for beam search, in drawing
-        order for sampling); [] for a blank (empty or white-space) line, which is not decoded. `prefixes`: the
-        forced target prefix of each source ("" for none)."""
+        order for sampling); [] for a blank line (`is_blank`: nothing that shows), which is not decoded.
+        `prefixes`: the forced target prefix of each source ("" for none)."""
         if prefixes is not None and len(prefixes) != len(sources):
             raise OptionError(
                 f"`prefixes` has {len(prefixes)} lines, `sources` {len(sources)}: pass one prefix per source (an "
                 "empty one for none)."
             )
-        lines = [index for index, source in enumerate(sources) if source.strip()]
+        lines = [index for index, source in enumerate(sources) if not is_blank(source)]
         kept = [sources[index] for index in lines]
         kept_prefixes = [prefixes[index] if prefixes is not None else "" for index in lines]
         results: list[list[Translation]] = [[] for _ in sources]
@@ -597,6 +606,7 @@ __all__ = [
     "decoding_beams",
     "evaluate",
     "generation_kwargs",
+    "is_blank",
     "pharaoh",
     "token_words",
     "translate",

@@ -11,9 +11,11 @@ plain PyTorch: CPU inference speed is an explicit step of the package
 (`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
 """
 
+import json
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,7 +33,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -48,6 +50,8 @@ from .input_checks import (
     check_weight_files,
 )
 from .label_smoothed_loss import linear_label_smoothed_cross_entropy
+
+logger = logging.get_logger(__name__)
 
 # transformers 5.24 renamed the outputs' `past_key_values` field to `cache`; the old name still works there but logs a
 # deprecation warning on every run, so outputs are built and read under the installed version's name.
@@ -449,6 +453,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
             )
+        untied = _untied_from_tied(model, pretrained_model_name_or_path)
+        if untied and "lm_head.weight" in info.get("missing_keys", ()):
+            with torch.no_grad():  # §3.4: the output projection was the embedding matrix; it starts as a copy of it
+                model.lm_head.weight.copy_(model.model.decoder.embed_tokens.weight)
+            info["missing_keys"] = {key for key in info["missing_keys"] if key != "lm_head.weight"}
         problems = {kind: info.get(kind) for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")}
         problems = {kind: sorted(map(str, keys)) for kind, keys in problems.items() if keys}
         if strict and problems:
@@ -458,6 +467,18 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 "config.json belongs to these weights, or pass strict=False to initialise/drop them knowingly."
             )
         return (model, info) if want_info else model
+
+
+def _untied_from_tied(model: PreTrainedModel, folder: str | os.PathLike) -> bool:
+    """Whether `model` is loaded untied (`tie_word_embeddings=False`) from a local folder saved tied, whose weights
+    hold no output projection of their own (it was the embedding matrix)."""
+    if model.config.tie_word_embeddings or not os.path.isdir(folder):
+        return False
+    try:
+        saved = json.loads(Path(folder, "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and saved.get("tie_word_embeddings", True) is True
 
 
 class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
@@ -593,11 +614,15 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
 
 def cache_argument(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
     """The decoder cache, under either name: `generate()` passes it as `past_key_values` up to transformers 5.23 and
-    as `cache` from 5.24 on (where `past_key_values` is deprecated)."""
+    as `cache` from 5.24 on (where `past_key_values` is deprecated). A wrapper that fills the cache before the decoder
+    runs (PEFT's prefix tuning: its prompt's keys and values) passes it as `past_key_values` beside `generate()`'s own
+    `cache`: at the first step, where `generate()`'s is still empty, the prompt starts the cache; at later steps
+    (the wrapper looks for the cache under its old name only, finds none and adds the prompt again) `generate()`'s
+    holds the prompt and the tokens so far, and is the cache."""
     cache = kwargs.pop("cache", None)
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the decoder cache once, as `cache` or as `past_key_values`, not both.")
-    return past_key_values if past_key_values is not None else cache
+    if cache is None or past_key_values is None:
+        return past_key_values if past_key_values is not None else cache
+    return cache if cache.get_seq_length() > 0 else past_key_values
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -703,6 +728,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             source = "model.shared.weight" if config.share_encoder_decoder_embeddings else None
             tied["lm_head.weight"] = source or "model.decoder.embed_tokens.weight"
         self._tied_weights_keys = tied or None
+        self._warned_tied_adapter = False
         self.post_init()
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -757,6 +783,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         hidden_states = outputs.last_hidden_state
         loss = logits = None
         check_labels(labels, hidden_states)
+        self._warn_of_a_tied_adapter()
         if not skip_logits:
             logits = self.lm_head(hidden_states)
         if labels is not None:
@@ -789,6 +816,23 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def _warn_of_a_tied_adapter(self) -> None:
+        """Once per model: an adapter on `lm_head` (PEFT's LoRA: a layer with a `base_layer`) whose weight is the
+        input embedding matrix (§3.4 tying) moves the embeddings too when it is merged, so the merged model computes
+        something else than the adapted one."""
+        if self._warned_tied_adapter or getattr(self.lm_head, "base_layer", None) is None:
+            return
+        if self.lm_head.weight is not self.model.decoder.embed_tokens.weight:
+            return
+        self._warned_tied_adapter = True
+        logger.warning(
+            "lm_head carries an adapter, but its weight is the input embedding matrix (tie_word_embeddings=True, "
+            "§3.4): merging the adapter changes the embeddings too, and the merged model no longer computes what "
+            "the adapted one does. To adapt the output projection alone, untie it first: load the model with "
+            "from_pretrained(folder, tie_word_embeddings=False), where lm_head starts as a copy of the embeddings; "
+            "or leave lm_head out of the adapter's target modules."
         )
 
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:

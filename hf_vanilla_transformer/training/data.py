@@ -61,6 +61,9 @@ DEFAULT_TOKENIZER_SAMPLE = 1_000_000
 # Part of the names of the cache files: a change to what they hold must change it, so old caches are not reused.
 _CACHE_VERSION = "1"
 _BATCH = 10_000  # rows per batch when streaming a column
+# The byte order mark that Windows editors (Notepad, Excel's "UTF-8 CSV") put at the start of a UTF-8 file: a mark
+# of the encoding, not text, so the line readers drop it there (elsewhere it is a zero-width no-break space).
+BOM = "\ufeff"
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
@@ -83,7 +86,8 @@ def decode_lines(data: bytes, name: str) -> list[str]:
 
 def iter_lines(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (gzipped if it ends in .gz), one at a time, split as `decode_lines` splits
-    them. A file that is not UTF-8 (file and line number), or a damaged .gz, raises a ValueError naming the file."""
+    them, without a byte order mark at the start of the file (`BOM`). A file that is not UTF-8 (file and line
+    number), or a damaged .gz, raises a ValueError naming the file."""
     path = Path(path)
     if not path.exists() or path.is_dir():  # a pipe (bash's `<(...)`, a FIFO) is fine: read once, front to back
         raise FileNotFoundError(f"{path} does not exist or is not a file. Check the path (one sentence per line).")
@@ -99,6 +103,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                         f"{path} is not UTF-8 text: line {number} has the byte 0x{raw[error.start]:02x}, which UTF-8 "
                         "does not allow there. Convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or fix that line."
                     ) from None
+                text = text.removeprefix(BOM) if number == 1 else text
                 yield text.removesuffix("\n").removesuffix("\r")
     except (OSError, EOFError, zlib.error) as error:  # BadGzipFile is an OSError; a truncated file an EOFError
         raise ValueError(
@@ -115,9 +120,10 @@ def read_lines(path: str | Path) -> list[str]:
 
 class LineStream:
     """The lines of the UTF-8 stream `handle` (e.g. stdin), decoded one at a time as they arrive, with the line ends,
-    UTF-8 rule and error (naming `name` and the line) of `decode_lines`. `ready()` says, without waiting, whether a
-    next line (or the end) is there already: what lets `translate` answer a line piped in at once and still batch a
-    burst of lines. A handle without a file descriptor (in memory) is always ready."""
+    UTF-8 rule and error (naming `name` and the line) of `decode_lines`, without a `BOM` at the start. `ready()`
+    says, without waiting, whether a next line (or the end) is there already: what lets `translate` answer a line
+    piped in at once and still batch a burst of lines. A handle without a file descriptor (in memory) is always
+    ready."""
 
     def __init__(self, handle: BinaryIO, name: str) -> None:
         self._handle, self._name = handle, name
@@ -163,7 +169,7 @@ class LineStream:
         except UnicodeDecodeError:
             decode_lines(b"\n" * (self._number - 1) + line, self._name)  # raises its error, with this line's number
             raise
-        return text.removesuffix("\r")
+        return (text.removeprefix(BOM) if self._number == 1 else text).removesuffix("\r")
 
 
 def _parallel_lines(source_path: str, target_path: str) -> Iterator[dict[str, str]]:
@@ -700,6 +706,7 @@ def tokenizer_sample(dataset: Dataset, size: int, seed: int = 0) -> Iterator[str
 
 
 __all__ = [
+    "BOM",
     "DATA_FILE_BUILDERS",
     "DEFAULT_MAX_LENGTH",
     "DEFAULT_TOKENIZER_SAMPLE",

@@ -7,9 +7,9 @@
   (checkpoints to resume from, or to overwrite; a fresh run refuses a folder with anything else in it);
   `clear_for_run` makes the folder the run's and removes what the run replaces, and nothing else.
 
-- `exclusive_run`: an exclusive lock (`flock`) on `.NAME.lock` beside the folder, held for the whole run, with the
-  holder's PID in it. The operating system drops the lock when the holder dies, however it dies, so a killed run
-  never blocks its `resume`. Beside the folder, not inside it: a model folder is swapped in whole
+- `exclusive_run`: an exclusive lock (files.exclusive_lock: `flock` on `.NAME.lock` beside the folder), held for
+  the whole run, with the holder's PID in it. The operating system drops the lock when the holder dies, however it
+  dies, so a killed run never blocks its `resume`. Beside the folder, not inside it: a model folder is swapped in whole
   (files.replaced_folder; RUN/model now, the run folder itself in runs of older versions), and a lock file inside
   the swapped folder would become another file (a copy where hard links are missing, or at the old folder's path
   after the swap); beside it, it stays one file for the run's whole life. It is never
@@ -26,8 +26,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,8 @@ from ..files import (
     Layout,
     check_output_folder,
     claim_folder,
+    exclusive_lock,
+    refuse_if_locked,
     refuse_inputs,
     remove_own,
 )
@@ -89,52 +90,15 @@ RUN_LAYOUT = Layout(
 )
 
 
-def lock_path(output_dir: Path) -> Path:
-    return output_dir.parent / f".{output_dir.name}.lock"
-
-
-def _in_use(output_dir: Path, handle: Any) -> OptionError | None:
-    """None where `handle` (the open lock file) got the lock; else the error that names its holder."""
-    import fcntl  # POSIX only: imported where a lock is taken, so that the module loads everywhere
-
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        return OptionError(
-            f"`output_dir` {output_dir} is in use by another training run (PID {holder}; lock "
-            f"{lock_path(output_dir)}). Wait for it to end or stop it, or pass another `output_dir`."
-        )
-    return None
-
-
 def refuse_if_in_use(output_dir: Path) -> None:
-    """Refuse (OptionError, naming the holder's PID) a run folder that another run holds, changing nothing on
-    disk: the lock file is only opened, and a lock got is let go at once. Checked before what the folder holds."""
-    try:
-        handle = open(lock_path(output_dir), encoding="utf-8")
-    except OSError:  # no lock file (or none readable): no run has held the folder
-        return
-    with handle:
-        error = _in_use(output_dir, handle)
-    if error is not None:
-        raise error
+    """Refuse (OptionError, naming the holder's PID) a run folder that another run holds (files.refuse_if_locked),
+    changing nothing on disk. Checked before what the folder holds."""
+    refuse_if_locked(output_dir, "output_dir", "training run")
 
 
-@contextmanager
-def exclusive_run(output_dir: Path) -> Iterator[None]:
-    """Hold the run folder's lock for the body; a second holder is refused with its PID (OptionError).
-    POSIX only (`fcntl`); `output_dir`'s parent must exist."""
-    with open(lock_path(output_dir), "a+", encoding="utf-8") as handle:  # "a+": the holder's PID stays readable
-        error = _in_use(output_dir, handle)
-        if error is not None:
-            raise error
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield  # the lock goes with the file's closing, or with the process
+def exclusive_run(output_dir: Path) -> AbstractContextManager[None]:
+    """Hold the run folder's lock (files.exclusive_lock) for the body; a second holder is refused with its PID."""
+    return exclusive_lock(output_dir, "output_dir", "training run")
 
 
 def data_fingerprint(pairs: Dataset) -> str:
@@ -345,7 +309,6 @@ __all__ = [
     "clear_for_run",
     "data_fingerprint",
     "exclusive_run",
-    "lock_path",
     "read_settings",
     "refuse_if_in_use",
     "run_settings",
