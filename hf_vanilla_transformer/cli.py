@@ -705,6 +705,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
         "--length-penalty", type=_finite_float, help="override the model's length penalty α (its kind stays)"
     )
     parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
+    parser.add_argument("--max-sentences", type=_positive_int, help="score only the first N sentences")
     parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
     parser.add_argument("--bf16-weights", action="store_true", help="decode with the weights cast to bf16")
     _add_max_input_tokens(parser)
@@ -721,7 +722,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     names = (
         *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("length_penalty", "max_input_tokens", "trust_remote_code", "int8", "bf16_weights"),
+        *("length_penalty", "max_input_tokens", "trust_remote_code", "int8", "bf16_weights", "max_sentences"),
     )
     results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
     print(
