@@ -172,3 +172,20 @@ def test_a_recipe_cut_short_ends_with_its_folder_and_says_what_it_skipped(tmp_pa
         "No learning curve: the run saved no snapshot (one every 10 minutes of training, --curve-every)."
     ], lines
     assert "After training, the evaluation gets 10% of --max-time" in logged
+
+
+def test_evaluate_scores_the_first_max_sentences(bpe_model, tmp_path, capsys) -> None:
+    """`evaluate --max-sentences N` (the command a cut or skipped scoring names) scores the first N pairs; 0 is
+    refused, naming the option."""
+    from hf_vanilla_transformer.cli import main
+    from hf_vanilla_transformer.errors import OptionError
+    from hf_vanilla_transformer.inference.translation import EvaluateOptions, evaluate
+
+    lines = "".join(f"A man number {index} rides a bike.\n" for index in range(5))
+    (tmp_path / "src.txt").write_text(lines, encoding="utf-8")
+    (tmp_path / "ref.txt").write_text(lines, encoding="utf-8")
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt"), "--num-beams", "1"]
+    assert main(["evaluate", str(bpe_model), *files, "--max-sentences", "2", "--no-progress"]) == 0
+    assert "\n2 sentences in " in capsys.readouterr().out
+    with pytest.raises(OptionError, match=r"`max_sentences=0` must be at least 1"):
+        evaluate(EvaluateOptions(bpe_model, src=tmp_path / "src.txt", ref=tmp_path / "ref.txt", max_sentences=0))

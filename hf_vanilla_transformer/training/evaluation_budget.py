@@ -65,8 +65,11 @@ class Skipped:
     what: str
     command: str
 
-    def log(self) -> None:
-        logger.info(f"Not evaluated within the run's evaluation budget: {self.what}. Later: {self.command}")
+    @classmethod
+    def note(cls, what: str, command: str) -> Skipped:
+        """The skipped item, logged as it is skipped."""
+        logger.info(f"Not evaluated within the run's evaluation budget: {what}. Later: {command}")
+        return cls(what, command)
 
 
 def score_within(

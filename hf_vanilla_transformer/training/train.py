@@ -722,7 +722,7 @@ def _test_summary(
     summary["test"] = test
     if test["n"] < len(sources):  # the deadline cut it: the sentences the extras are scored on, too
         skipped.append(
-            Skipped(
+            Skipped.note(
                 f"the whole test set ({len(sources)} sentences; its first {test['n']} are scored)",
                 _evaluate_command(model_dir, options, data_name, sentences=options.test_max_sentences),
             )
@@ -743,11 +743,9 @@ def _test_summary(
             summary["test_last_checkpoint"] = last
         else:
             command = _evaluate_command(to_average[-1], options, data_name, sentences=len(sources))
-            skipped.append(Skipped(f"the last checkpoint alone ({to_average[-1].name})", command))
+            skipped.append(Skipped.note(f"the last checkpoint alone ({to_average[-1].name})", command))
     if options.curve_every is not None and data_name == "multi30k" and not dev_points:  # else: the dev curve
         skipped += _snapshot_curve(options, clock, summary)
-    for item in skipped:
-        item.log()
     if clock.deadline is not None:
         summary["skipped"] = [{"what": item.what, "command": public_command_line(item.command)} for item in skipped]
     # What the card is made of, kept so that `push` renders it again with the repository's id.
@@ -826,7 +824,7 @@ def _snapshot_curve(options: TrainOptions, clock: EvaluationClock, summary: dict
         return []
     compare = ["--compare-curve", str(options.compare_curve)] if options.compare_curve is not None else []
     command = shlex.join(["hf-vanilla-transformer", "curve", str(output_dir), *compare])
-    return [Skipped(f"the learning-curve snapshots {', '.join(curve.skipped)}", command)]
+    return [Skipped.note(f"the learning-curve snapshots {', '.join(curve.skipped)}", command)]
 
 
 def _card_inputs(
