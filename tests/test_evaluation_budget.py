@@ -8,6 +8,7 @@ import pytest
 
 from hf_vanilla_transformer.training.evaluation_budget import (
     EVALUATION_SHARE,
+    LEAST_SENTENCES,
     PROBE_SENTENCES,
     EvaluationClock,
     score_within,
@@ -50,8 +51,8 @@ def test_the_deadline_is_the_start_plus_max_time_and_its_share_for_the_evaluatio
         (1.8, 320.0, True, 161, [PROBE_SENTENCES, 161]),
         # ... an extra is skipped after its first batch ...
         (1.8, 320.0, False, None, [PROBE_SENTENCES]),
-        # ... and past the deadline the score is the first batch's, the extra not even started
-        (1.8, -5.0, True, PROBE_SENTENCES, [PROBE_SENTENCES]),
+        # ... and past the deadline the score is of the first few sentences, the extra not even started
+        (1.8, -5.0, True, LEAST_SENTENCES, [LEAST_SENTENCES]),
         (1.8, -5.0, False, None, []),
     ],
 )
@@ -130,11 +131,11 @@ def _pairs(sources: list[str]):
 
 def test_a_recipe_cut_short_ends_with_its_folder_and_says_what_it_skipped(tmp_path, monkeypatch, capsys) -> None:
     """`train --recipe multi30k-1h --max-time 3s` (curve snapshots every 10 minutes; a tiny model, and the test set
-    cut to 64 sentences decoded greedily, for a short test): exit 0 with results.json and the card; the test set is
-    cut to the first batch, the deadline being past (before: all of it, which with the recipe's beam 8 an untrained
-    Multi30k model makes half an hour on 2 cores), the card and results.json say so with the `evaluate` command that
-    scores the rest, and the missing learning curve is one line (before: exit 2, "…/curve does not exist: a learning
-    curve needs the snapshots")."""
+    cut to 64 sentences decoded greedily, for a short test): exit 0 with results.json and the card; the deadline being
+    past, the test set is cut to its first few sentences (before: all of it, which with the recipe's beam 8 an
+    untrained Multi30k model makes half an hour on 2 cores) and the card's attention maps and out-of-domain example
+    are left out, which the card and results.json say with the commands that make them, and the missing learning
+    curve is one line (before: exit 2, "…/curve does not exist: a learning curve needs the snapshots")."""
     from hf_vanilla_transformer.cli import main
     from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
     from hf_vanilla_transformer.training import train as train_module
@@ -157,13 +158,15 @@ def test_a_recipe_cut_short_ends_with_its_folder_and_says_what_it_skipped(tmp_pa
     assert code == 0, output.err
     assert "Traceback" not in output.err
     results = json.loads((run / "model" / "results.json").read_text(encoding="utf-8"))
-    assert results["test"]["n"] == PROBE_SENTENCES and results["test"]["generation"]["num_beams"] == 1
-    (whole,) = results["skipped"]
-    assert whole["what"] == f"the whole test set (64 sentences; its first {PROBE_SENTENCES} are scored)"
+    assert results["test"]["n"] == LEAST_SENTENCES and results["test"]["generation"]["num_beams"] == 1
+    whole, attention, out_of_domain = results["skipped"]
+    assert whole["what"] == f"the whole test set (64 sentences; its first {LEAST_SENTENCES} are scored)"
     assert whole["command"] == (
         "hf-vanilla-transformer evaluate model --src-lang en --tgt-lang de --num-beams 1 --max-sentences 64"
     )
-    assert "learning_curve" not in results
+    assert attention["command"].startswith("hf-vanilla-transformer attention model 'A man in an orange hat")
+    assert out_of_domain["command"].startswith("hf-vanilla-transformer translate model 'The Transformer is based")
+    assert "learning_curve" not in results and results["out_of_domain"] is None
     card = " ".join((run / "model" / "README.md").read_text(encoding="utf-8").split())
     assert "Not evaluated within the run's time" in card and "the whole test set (64 sentences" in card
     logged = output.out + output.err

@@ -6,9 +6,10 @@ The rule (docs/training.md, "The evaluation after training"):
   epochs) there is none, and everything is evaluated as before.
 - In order of importance: (1) the averaged model's test score, always computed: on the whole test set when the rate
   of a first batch says it ends before the deadline, else on the test set's first sentences that fit (at least that
-  batch), which the card and results.json say; (2) the out-of-domain sentence and the attention maps (one sentence
-  each); (3) the extras, each whole or not at all: the last checkpoint alone on the same sentences, then the
-  learning-curve snapshots in training order, each while a first batch says it fits.
+  batch; past the deadline already, the first `LEAST_SENTENCES`), which the card and results.json say; (2) the
+  attention maps of the card (one sentence), and its out-of-domain sentence while time is left; (3) the extras, each
+  whole or not at all: the last checkpoint alone on the same sentences, then the learning-curve snapshots in
+  training order, each while a first batch says it fits.
 - What is skipped is logged and listed in results.json (`skipped`), each with the command that computes it later.
 
 Why a first batch: decoding time depends on the model more than on the data. A trained model stops at its sentence's
@@ -37,6 +38,9 @@ EVALUATION_SHARE = 0.1
 # The first batch that measures a decoding's rate: small, since an untrained model with beam 8 takes seconds per
 # sentence, and in the set's order, so that its sentences are a sample of the set's lengths.
 PROBE_SENTENCES = 16
+# Past the deadline, the averaged model's score (which the card needs) is of the set's first LEAST_SENTENCES: no rate
+# to measure then, and a quarter of a first batch's time over the deadline.
+LEAST_SENTENCES = 4
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,12 @@ def score_within(
 ) -> dict[str, Any] | None:
     """`score(k)` (the scores of the set's first k sentences, decoded in one pass) of as much of the set as the
     deadline allows: all of it when a first batch's rate says it fits; otherwise, with `cut`, the first sentences
-    that fit (at least the first batch: a score always comes back), without `cut` None (nothing decoded at all once
-    the deadline is past)."""
+    that fit (at least the first batch: a score always comes back; past the deadline, of the first
+    `LEAST_SENTENCES`), without `cut` None (nothing decoded at all once the deadline is past)."""
     if clock.deadline is None:
         return score(total)
-    if not cut and clock.left() <= 0:
-        return None
+    if clock.left() <= 0:
+        return score(min(LEAST_SENTENCES, total)) if cut else None
     probe = min(PROBE_SENTENCES, total)
     started = clock.clock()
     first = score(probe)
@@ -117,4 +121,12 @@ def prefix_scorer(
     return score
 
 
-__all__ = ["EVALUATION_SHARE", "PROBE_SENTENCES", "EvaluationClock", "Skipped", "prefix_scorer", "score_within"]
+__all__ = [
+    "EVALUATION_SHARE",
+    "LEAST_SENTENCES",
+    "PROBE_SENTENCES",
+    "EvaluationClock",
+    "Skipped",
+    "prefix_scorer",
+    "score_within",
+]

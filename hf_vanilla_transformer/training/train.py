@@ -40,7 +40,7 @@ from ..errors import OptionError, close_matches
 from ..files import MODEL_DIR, writable_folder
 from ..hub import PushOptions, hub_token, push
 from ..inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
-from ..inference.evaluation import out_of_domain_translation
+from ..inference.evaluation import OUT_OF_DOMAIN, out_of_domain_translation
 from ..inference.loading import load_model, load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.generation_vanilla_transformer import paper_generation_config
@@ -732,10 +732,7 @@ def _test_summary(
         logger.info(f"\nSRC: {sources[index]}\nREF: {references[index]}\nHYP: {test['hypotheses'][index]}")
     if options.examples:
         logger.info("")
-    # For the model card's limitations: a sentence outside the training domain, translated by the model.
-    summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
-    # Attention maps of the first test sentence, shown by the model card.
-    plot_attention_maps(AttentionOptions(model_dir, sources[0], out=model_dir / ATTENTION_DIR))
+    skipped += _card_examples(options, model, tokenizer, sources[0], clock, summary)
     if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
         logger.info(f"Last checkpoint alone ({to_average[-1].name}):")
         last = _evaluate_folder(to_average[-1], sources, references, options, clock, cut=False)[0]
@@ -751,6 +748,27 @@ def _test_summary(
     # What the card is made of, kept so that `push` renders it again with the repository's id.
     summary["card"] = _card_inputs(output_dir, summary, options, data_name, example_text=sources[0])
     _write_model_card(model_dir, summary, options.push_to_hub)
+
+
+def _card_examples(
+    options: TrainOptions, model: Any, tokenizer: Any, sentence: str, clock: EvaluationClock, summary: dict[str, Any]
+) -> list[Skipped]:
+    """The card's examples while time is left: a sentence outside the training domain translated by the model (for
+    its limitations, into `summary`) and the attention maps of the first test sentence, `sentence`. Past the
+    deadline, neither (an untrained model writes both to its length limit): the commands that make them."""
+    model_dir = Path(options.output_dir) / MODEL_DIR
+    out_of_domain = OUT_OF_DOMAIN.get(options.src_lang)
+    if clock.left() > 0:
+        summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
+        plot_attention_maps(AttentionOptions(model_dir, sentence, out=model_dir / ATTENTION_DIR))
+        return []
+    summary["out_of_domain"] = None
+    attention = ["attention", str(model_dir), sentence, "--out", str(model_dir / ATTENTION_DIR)]
+    skipped = [Skipped.note("the card's attention maps", shlex.join(["hf-vanilla-transformer", *attention]))]
+    if out_of_domain is not None:
+        command = shlex.join(["hf-vanilla-transformer", "translate", str(model_dir), out_of_domain])
+        skipped.append(Skipped.note("the card's out-of-domain example", command))
+    return skipped
 
 
 def _evaluate_folder(
