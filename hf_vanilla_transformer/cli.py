@@ -425,7 +425,8 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         type=_duration,
         help="wall-clock training budget, e.g. 1h, 20m, 1h30m ("
         + (f"default {_budget(recipe)}" if recipe.max_time is not None else f"the recipe's budget: {_budget(recipe)}")
-        + " unless --epochs or --max-steps is given)",
+        + " unless --epochs or --max-steps is given); the whole command, the evaluation after training included, "
+        "ends within 10%% more, what did not fit listed with its command (docs/training.md)",
     )
     budget.add_argument("--epochs", type=_positive_int, help="number of epochs")
     budget.add_argument("--max-steps", type=_positive_int, help="number of updates")
