@@ -533,7 +533,8 @@ def translate(options: TranslateOptions) -> list[str]:
 @dataclass(frozen=True)
 class EvaluateOptions:
     """Score `model_dir` on Multi30k's `split` (languages: the options', else the folder's results.json, else
-    en-de) or on the files `src` and `ref`; `output` receives the scores and hypotheses as JSON."""
+    en-de) or on the files `src` and `ref` (their first `max_sentences` pairs, if given); `output` receives the
+    scores and hypotheses as JSON."""
 
     model_dir: str | os.PathLike
     src_lang: str | None = None
@@ -550,6 +551,7 @@ class EvaluateOptions:
     trust_remote_code: bool = False
     int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
     bf16_weights: bool = False  # the weights cast to bf16 (as translate's `bf16_weights`)
+    max_sentences: int | None = None
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:
@@ -564,6 +566,8 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
     check_decoding(
         num_beams=options.num_beams, length_penalty=options.length_penalty, max_input_tokens=options.max_input_tokens
     )
+    if options.max_sentences is not None and not options.max_sentences >= 1:
+        raise OptionError(f"`max_sentences={options.max_sentences}` must be at least 1, or None for every sentence.")
     if (options.src is None) != (options.ref is None):
         raise OptionError("`src` and `ref` go together; pass both files or neither.")
     if options.output is not None:  # checked before the data is read and decoded, which can take long
@@ -576,6 +580,7 @@ def evaluate(options: EvaluateOptions) -> dict[str, Any]:
         src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
         pairs = load_multi30k(src_lang, tgt_lang, splits=(options.split,))[options.split]
         sources, references = list(pairs["source"]), list(pairs["target"])
+    sources, references = sources[: options.max_sentences], references[: options.max_sentences]
     model = load_model(model_dir, options.trust_remote_code, int8=options.int8, bf16_weights=options.bf16_weights)
     tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
     results = evaluate_translations(

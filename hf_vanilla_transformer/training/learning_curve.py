@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from transformers import AutoModelForSeq2SeqLM
 
 from ..files import MODEL_DIR
-from ..inference.evaluation import evaluate_translations
 from ..inference.loading import load_tokenizer, model_folder, trained_languages
 from .data import load_multi30k
+from .evaluation_budget import EvaluationClock, prefix_scorer, score_within
 from .trainer import SNAPSHOT_FILE
 
 if TYPE_CHECKING:
@@ -89,15 +89,22 @@ def evaluate_snapshots(
     generation_kwargs: dict[str, Any] | None = None,
     batch_size: int = 64,
     progress: bool = True,
+    clock: EvaluationClock | None = None,
 ) -> list[dict[str, Any]]:
-    """Score every snapshot under `folder` (greedy unless `generation_kwargs` say otherwise); one dict per snapshot
-    with step, training seconds and minutes, target tokens and the scores."""
+    """Score the snapshots under `folder` in training order (greedy unless `generation_kwargs` say otherwise); one
+    dict per snapshot with step, training seconds and minutes, target tokens and the scores. With `clock`, each one
+    only while a first batch says it fits before the deadline (`score_within`): the scoring stops at the first one
+    that does not, and the points cover the snapshots before it."""
     kwargs = {"num_beams": 1, **(generation_kwargs or {})}
+    clock = clock or EvaluationClock(None)
     points = []
     for path in snapshot_folders(folder):
         info = json.loads((path / SNAPSHOT_FILE).read_text(encoding="utf-8"))
         model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False)  # snapshots of this package
-        scores = evaluate_translations(model, tokenizer, sources, references, batch_size, kwargs, progress=progress)
+        score = prefix_scorer(model, tokenizer, sources, references, batch_size, kwargs, progress)
+        scores = score_within(clock, score, len(sources), cut=False)
+        if scores is None:
+            break
         points.append(
             {
                 **info,
@@ -191,15 +198,20 @@ def write_learning_curve(
     progress: bool = True,
     compare: str | Path | None = None,
     png: str | Path | None = None,
+    clock: EvaluationClock | None = None,
 ) -> list[dict[str, Any]]:
-    """Score the snapshots (default `model_dir/curve`) and write `learning_curve.json` into `model_dir` and the plot
-    to `png` (default `model_dir/learning_curve.png`; `train` puts it into the model folder, the JSON stays in the
-    run folder); the plot adds the curves of the `compare` file (see `load_comparison_curves`) if given."""
+    """Score the snapshots (default `model_dir/curve`; with `clock`, those that fit before its deadline, see
+    `evaluate_snapshots`) and write `learning_curve.json` into `model_dir` and the plot to `png` (default
+    `model_dir/learning_curve.png`; `train` puts it into the model folder, the JSON stays in the run folder); the
+    plot adds the curves of the `compare` file (see `load_comparison_curves`) if given. No snapshot scored: no
+    files."""
     model_dir = Path(model_dir)
     comparison = load_comparison_curves(compare) if compare is not None else None  # checked before the scoring
     points = evaluate_snapshots(
-        snapshots or model_dir / CURVE_DIR, tokenizer, sources, references, batch_size=batch_size, progress=progress
+        snapshots or model_dir / CURVE_DIR, tokenizer, sources, references, None, batch_size, progress, clock
     )
+    if not points:
+        return points
     (model_dir / CURVE_JSON).write_text(json.dumps(points, indent=2) + "\n", encoding="utf-8")
     plot_learning_curve(points, png or model_dir / CURVE_PNG, compare=comparison)
     return points
@@ -218,15 +230,19 @@ class CurveOptions:
     limit: int | None = None
     compare_curve: str | os.PathLike | None = None
     progress: bool = True
+    # `train`'s evaluation budget: the snapshots scored while they fit before its deadline (None: all of them).
+    clock: EvaluationClock | None = None
 
 
 @dataclass(frozen=True)
 class CurveResult:
-    """The scored snapshots and the files written: RUN/learning_curve.json and the plot."""
+    """The scored snapshots and the files written: RUN/learning_curve.json and the plot (none where no snapshot
+    was scored); `skipped`: the snapshots that `clock` left out, by folder name."""
 
     points: list[dict[str, Any]]
     json: Path
     png: Path
+    skipped: list[str]
 
 
 def learning_curve(options: CurveOptions) -> CurveResult:
@@ -250,8 +266,10 @@ def learning_curve(options: CurveOptions) -> CurveResult:
         progress=options.progress,
         compare=options.compare_curve,
         png=model_dir / CURVE_PNG,
+        clock=options.clock,
     )
-    return CurveResult(points, run_dir / CURVE_JSON, model_dir / CURVE_PNG)
+    skipped = [path.name for path in snapshot_folders(run_dir / CURVE_DIR)[len(points) :]]
+    return CurveResult(points, run_dir / CURVE_JSON, model_dir / CURVE_PNG, skipped)
 
 
 __all__ = [

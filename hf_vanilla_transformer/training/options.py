@@ -307,15 +307,18 @@ def check_report_values(options: TrainOptions) -> None:
 
 
 def recorded_command(options: TrainOptions) -> str | None:
-    """`command` as results.json records it: local paths cut to file names (model_card.public_command), since the
-    model folder, results.json with it, is what `push` uploads. Without model_card there is no upload: as given."""
-    if options.command is None:
-        return None
+    """`command` as results.json records it (`public_command_line`)."""
+    return None if options.command is None else public_command_line(options.command)
+
+
+def public_command_line(command: str) -> str:
+    """A command line as results.json records it: local paths cut to file names (model_card.public_command), since
+    the model folder, results.json with it, is what `push` uploads. Without model_card there is no upload: as given."""
     try:
         from model_card import public_command
     except ImportError:
-        return options.command
-    return public_command(options.command)
+        return command
+    return public_command(command)
 
 
 def run_config(options: TrainOptions) -> dict[str, Any]:
@@ -359,6 +362,7 @@ __all__ = [
     "check_report_values",
     "parse_duration",
     "parse_eval_every",
+    "public_command_line",
     "recorded_command",
     "run_config",
 ]

@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -39,7 +40,7 @@ from ..errors import OptionError, close_matches
 from ..files import MODEL_DIR, writable_folder
 from ..hub import PushOptions, hub_token, push
 from ..inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
-from ..inference.evaluation import evaluate_translations, out_of_domain_translation
+from ..inference.evaluation import OUT_OF_DOMAIN, out_of_domain_translation
 from ..inference.loading import load_model, load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.generation_vanilla_transformer import paper_generation_config
@@ -55,7 +56,16 @@ from .averaging import (
 )
 from .compiling import CompileReportCallback, resolve_torch_compile
 from .data import DEFAULT_TOKENIZER_SAMPLE, prepare_pairs, tokenizer_sample
-from .learning_curve import CURVE_DIR, CURVE_PNG, CurveOptions, learning_curve, load_comparison_curves, write_dev_curve
+from .evaluation_budget import EVALUATION_SHARE, EvaluationClock, Skipped, prefix_scorer, score_within
+from .learning_curve import (
+    CURVE_DIR,
+    CURVE_PNG,
+    CurveOptions,
+    learning_curve,
+    load_comparison_curves,
+    snapshot_folders,
+    write_dev_curve,
+)
 from .mapped_pages import ReleaseCorpusPagesCallback
 from .options import (
     EVAL_AT_SAVES,
@@ -64,6 +74,7 @@ from .options import (
     TrainResult,
     check_report_values,
     parse_eval_every,
+    public_command_line,
     recorded_command,
 )
 from .run_data import TrainingData, check_dev_set, check_training_pairs, dev_dataset, load_training_data
@@ -559,6 +570,13 @@ def fit(
     trainer.add_callback(ReleaseCorpusPagesCallback(prepared.train_dataset))
     if checked.torch_compile:
         trainer.add_callback(CompileReportCallback())
+    if options.max_time is not None and options.evaluate:
+        logger.info(
+            f"After training, the evaluation gets {EVALUATION_SHARE:.0%} of `max_time` (the command ends by "
+            f"{options.max_time * (1 + EVALUATION_SHARE) / 60:.1f} minutes after it started): the averaged model's "
+            "test score first (cut to the test set's first sentences that fit), then the last checkpoint alone and "
+            "the learning-curve snapshots while they fit; what does not is listed with the command that computes it"
+        )
     if prepared.valid_dataset is not None:
         decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"
         logger.info(
@@ -618,7 +636,8 @@ def finalize(
     dev_points = _dev_summary(options, state, model_dir, summary)
     test_pairs = prepared.data.test
     if test_pairs is not None and options.evaluate:
-        _test_summary(options, test_pairs, prepared.data.name, to_average, dev_points, summary)
+        clock = EvaluationClock.of_run(started, options.max_time)
+        _test_summary(options, test_pairs, prepared.data.name, to_average, dev_points, summary, clock)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     result = TrainResult(output_dir, summary)
     result.results_file.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -689,58 +708,141 @@ def _test_summary(
     to_average: list[Path],
     dev_points: list[dict[str, Any]],
     summary: dict[str, Any],
+    clock: EvaluationClock,
 ) -> None:
     """Score the model folder on the test set into `summary` (and the last checkpoint alone, where several were
-    averaged), with examples, attention maps, the snapshots' learning curve, and the model card."""
+    averaged), with examples, attention maps, the snapshots' learning curve, and the model card; before `clock`'s
+    deadline, in the order of evaluation_budget's rule, what is skipped listed with the command that computes it."""
     output_dir = Path(options.output_dir)
     model_dir = output_dir / MODEL_DIR
     sources, references = list(test_pairs["source"]), list(test_pairs["target"])
     sources, references = sources[: options.test_max_sentences], references[: options.test_max_sentences]
-    summary["test"], model, tokenizer = _evaluate_folder(model_dir, sources, references, options)
-    for index in range(min(options.examples, len(sources))):
-        logger.info(f"\nSRC: {sources[index]}\nREF: {references[index]}\nHYP: {summary['test']['hypotheses'][index]}")
-    if options.examples:
-        logger.info("")
-    # For the model card's limitations: a sentence outside the training domain, translated by the model.
-    summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
-    if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
-        logger.info(f"Last checkpoint alone ({to_average[-1].name}):")
-        summary["test_last_checkpoint"] = _evaluate_folder(to_average[-1], sources, references, options)[0]
-    # Attention maps of the first test sentence, shown by the model card.
-    plot_attention_maps(AttentionOptions(model_dir, sources[0], out=model_dir / ATTENTION_DIR))
-    if options.curve_every is not None and data_name == "multi30k" and not dev_points:  # else: the dev curve
-        curve = learning_curve(
-            CurveOptions(
-                output_dir,
-                options.src_lang,
-                options.tgt_lang,
-                batch_size=options.eval_batch_size,
-                compare_curve=options.compare_curve,
-                progress=options.progress,
+    skipped: list[Skipped] = []
+    test, model, tokenizer = _evaluate_folder(model_dir, sources, references, options, clock, cut=True)
+    summary["test"] = test
+    if test["n"] < len(sources):  # the deadline cut it: the sentences the extras are scored on, too
+        skipped.append(
+            Skipped.note(
+                f"the whole test set ({len(sources)} sentences; its first {test['n']} are scored)",
+                _evaluate_command(model_dir, options, data_name, sentences=options.test_max_sentences),
             )
         )
-        summary["learning_curve"] = curve.png.name
+        sources, references = sources[: test["n"]], references[: test["n"]]
+    for index in range(min(options.examples, len(sources))):
+        logger.info(f"\nSRC: {sources[index]}\nREF: {references[index]}\nHYP: {test['hypotheses'][index]}")
+    if options.examples:
+        logger.info("")
+    skipped += _card_examples(options, model, tokenizer, sources[0], clock, summary)
+    if len(to_average) > 1:  # what averaging (§6.1) brought: the last checkpoint alone, same decoding
+        logger.info(f"Last checkpoint alone ({to_average[-1].name}):")
+        last = _evaluate_folder(to_average[-1], sources, references, options, clock, cut=False)[0]
+        if last is not None:
+            summary["test_last_checkpoint"] = last
+        else:
+            command = _evaluate_command(to_average[-1], options, data_name, sentences=len(sources))
+            skipped.append(Skipped.note(f"the last checkpoint alone ({to_average[-1].name})", command))
+    if options.curve_every is not None and data_name == "multi30k" and not dev_points:  # else: the dev curve
+        skipped += _snapshot_curve(options, clock, summary)
+    if clock.deadline is not None:
+        summary["skipped"] = [{"what": item.what, "command": public_command_line(item.command)} for item in skipped]
     # What the card is made of, kept so that `push` renders it again with the repository's id.
     summary["card"] = _card_inputs(output_dir, summary, options, data_name, example_text=sources[0])
     _write_model_card(model_dir, summary, options.push_to_hub)
 
 
+def _card_examples(
+    options: TrainOptions, model: Any, tokenizer: Any, sentence: str, clock: EvaluationClock, summary: dict[str, Any]
+) -> list[Skipped]:
+    """The card's examples while time is left: a sentence outside the training domain translated by the model (for
+    its limitations, into `summary`) and the attention maps of the first test sentence, `sentence`. Past the
+    deadline, neither (an untrained model writes both to its length limit): the commands that make them."""
+    model_dir = Path(options.output_dir) / MODEL_DIR
+    out_of_domain = OUT_OF_DOMAIN.get(options.src_lang)
+    if clock.left() > 0:
+        summary["out_of_domain"] = out_of_domain_translation(model, tokenizer, options.src_lang)
+        plot_attention_maps(AttentionOptions(model_dir, sentence, out=model_dir / ATTENTION_DIR))
+        return []
+    summary["out_of_domain"] = None
+    attention = ["attention", str(model_dir), sentence, "--out", str(model_dir / ATTENTION_DIR)]
+    skipped = [Skipped.note("the card's attention maps", shlex.join(["hf-vanilla-transformer", *attention]))]
+    if out_of_domain is not None:
+        command = shlex.join(["hf-vanilla-transformer", "translate", str(model_dir), out_of_domain])
+        skipped.append(Skipped.note("the card's out-of-domain example", command))
+    return skipped
+
+
 def _evaluate_folder(
-    model_dir: Path, sources: list[str], references: list[str], options: TrainOptions
-) -> tuple[dict[str, Any], Any, Any]:
-    """Load the saved folder the way users will and score it with its own (§6.1) decoding; the scores, and the model
-    and tokenizer loaded."""
+    model_dir: Path,
+    sources: list[str],
+    references: list[str],
+    options: TrainOptions,
+    clock: EvaluationClock,
+    cut: bool,
+) -> tuple[dict[str, Any] | None, Any, Any]:
+    """Load the saved folder the way users will and score it with its own (§6.1) decoding within `clock`'s deadline
+    (`score_within`: `cut`, the first sentences that fit; else all or None); the scores, and the model and
+    tokenizer loaded."""
     model = load_model(model_dir)
     tokenizer = load_tokenizer(model_dir)
     beams = {"num_beams": options.test_num_beams} if options.test_num_beams is not None else None
-    results = evaluate_translations(
-        model, tokenizer, sources, references, options.eval_batch_size, beams, progress=options.progress
-    )
-    logger.info(
-        f"BLEU {results['bleu']:.2f} (sacreBLEU, cased, 13a), lowercased BLEU {results['bleu_lowercase']:.2f}, "
-        f"chrF {results['chrf']:.2f} on {results['n']} sentences, decoded in {results['seconds']:.0f} s"
-    )
+    score = prefix_scorer(model, tokenizer, sources, references, options.eval_batch_size, beams, options.progress)
+    results = score_within(clock, score, len(sources), cut)
+    if results is not None:
+        logger.info(
+            f"BLEU {results['bleu']:.2f} (sacreBLEU, cased, 13a), lowercased BLEU {results['bleu_lowercase']:.2f}, "
+            f"chrF {results['chrf']:.2f} on {results['n']} sentences, decoded in {results['seconds']:.0f} s"
+        )
     return results, model, tokenizer
+
+
+def _evaluate_command(folder: Path, options: TrainOptions, data_name: str, sentences: int | None = None) -> str:
+    """The `evaluate` command that scores `folder` on the run's test set (its first `sentences`, when cut) with the
+    run's test decoding."""
+    words = ["hf-vanilla-transformer", "evaluate", str(folder)]
+    if options.test_src is not None:
+        words += ["--src", str(options.test_src), "--ref", str(options.test_tgt)]
+    elif data_name == "multi30k":
+        words += ["--src-lang", options.src_lang, "--tgt-lang", options.tgt_lang]
+    else:  # a dataset's test split: `evaluate` reads files
+        words += ["--src", "TEST_SOURCES", "--ref", "TEST_REFERENCES"]
+    if options.test_num_beams is not None:
+        words += ["--num-beams", str(options.test_num_beams)]
+    if sentences is not None:
+        words += ["--max-sentences", str(sentences)]
+    return shlex.join(words)
+
+
+def _snapshot_curve(options: TrainOptions, clock: EvaluationClock, summary: dict[str, Any]) -> list[Skipped]:
+    """The learning curve of the run's snapshots (Multi30k validation, greedy) into `summary`, with the snapshots
+    that fit before the deadline; one line where the run saved none (it was shorter than `curve_every`). The
+    snapshots skipped."""
+    output_dir = Path(options.output_dir)
+    try:
+        snapshot_folders(output_dir / CURVE_DIR)
+    except ValueError:
+        logger.info(
+            f"No learning curve: the run saved no snapshot (one every {options.curve_every / 60:g} minutes of "
+            "training, `curve_every`)."
+        )
+        return []
+    curve = learning_curve(
+        CurveOptions(
+            output_dir,
+            options.src_lang,
+            options.tgt_lang,
+            batch_size=options.eval_batch_size,
+            compare_curve=options.compare_curve,
+            progress=options.progress,
+            clock=clock,
+        )
+    )
+    if curve.points:
+        summary["learning_curve"] = curve.png.name
+    if not curve.skipped:
+        return []
+    compare = ["--compare-curve", str(options.compare_curve)] if options.compare_curve is not None else []
+    command = shlex.join(["hf-vanilla-transformer", "curve", str(output_dir), *compare])
+    return [Skipped.note(f"the learning-curve snapshots {', '.join(curve.skipped)}", command)]
 
 
 def _card_inputs(
@@ -770,6 +872,13 @@ def _card_inputs(
             f"The scores above are of the test set's first {summary['test']['n']} sentences decoded with {decoding} "
             "(a trial run's cut, `--test-max-sentences` / `--test-num-beams`), not of the whole test set with the "
             "decoding below."
+        )
+    if summary.get("skipped"):
+        notes.append(
+            f"Not evaluated within the run's time (`--max-time` + {EVALUATION_SHARE:.0%} for the evaluation after "
+            "training), each computed later by its command: "
+            + "; ".join(f"{item['what']} (`{item['command']}`)" for item in summary["skipped"])
+            + "."
         )
     if "learning_curve" in summary:
         notes.append(f"## Learning curve\n\n![validation BLEU against training minutes]({summary['learning_curve']})")
