@@ -43,6 +43,7 @@ from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_atte
 from .inference.cpu_inference import keep_freed_memory
 from .inference.loading import DEVICES, model_folder
 from .model.configuration_vanilla_transformer import PRESETS
+from .training.compiling import TORCH_COMPILE_CHOICES
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 
 PROG = "hf-vanilla-transformer"
@@ -407,10 +408,11 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         nargs="?",
         const="yes",
         default=recipe.torch_compile,
-        choices=("auto", "yes", "no"),
+        choices=TORCH_COMPILE_CHOICES,
         help="compile the training step with torch.compile (inductor; C++/OpenMP kernels on a CPU, Triton on a GPU): "
-        "--torch-compile (= yes), --torch-compile auto (on a GPU only) or no; where compiling cannot work, one line "
-        "says so and training goes on eagerly",
+        "--torch-compile (= yes), --torch-compile auto (on a GPU only, as CUDA graphs where an update is launch-bound:"
+        " compiling.graphs_win), graphs (CUDA graphs over 8 fixed batch shapes) or no; where compiling cannot work, "
+        "one line says so and training goes on eagerly",
     )
     optim.add_argument(
         "--attn-implementation",

@@ -3,6 +3,7 @@ that go with them, and the parsing of the options written as text (durations, th
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -11,10 +12,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import OptionError, check_length_penalty
 from ..files import MODEL_DIR, RESULTS_FILE
 from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
 # The budget options: a recipe's budget applies as a whole unless one of them is given.
@@ -267,7 +272,13 @@ class TrainOptions:
             settings.update(dict.fromkeys(BUDGET))
         if options.get("schedule", recipe.schedule) != recipe.schedule:
             settings["lr"] = None
-        return cls(**{**settings, **options})
+        if recipe.gpu and not torch.cuda.is_available():
+            logger.warning(
+                f"`recipe={recipe.name}` is sized for a GPU and this machine has none: it runs, far slower, and its "
+                "budget will not reach the recipe's result."
+            )
+        trainer_args = {**recipe.trainer_args, **options.pop("trainer_args", {})}  # explicit Trainer arguments win
+        return cls(**{**settings, **options, "trainer_args": trainer_args})
 
     def learning_rate(self) -> float:
         """`lr`, or its default for the schedule: 1.0 (eq. (3) as is) for "paper", the main job's peak otherwise."""

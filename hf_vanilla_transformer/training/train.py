@@ -55,6 +55,7 @@ from .averaging import (
 )
 from .compiling import CompileReportCallback, resolve_torch_compile
 from .data import DEFAULT_TOKENIZER_SAMPLE, prepare_pairs, tokenizer_sample
+from .devices import LoopRateCallback, describe_device, resolve_cuda_graphs, resolve_tf32
 from .learning_curve import CURVE_DIR, CURVE_PNG, CurveOptions, learning_curve, load_comparison_curves, write_dev_curve
 from .mapped_pages import ReleaseCorpusPagesCallback
 from .options import (
@@ -83,6 +84,7 @@ from .run_folder import (
     write_run_config,
     write_settings,
 )
+from .static_shapes import CudaGraphStepCallback
 from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
 from .trainer import (
     CheckpointRetentionCallback,
@@ -167,12 +169,22 @@ def check_options(options: TrainOptions) -> CheckedOptions:
     _check_values(options)
     report_to = _check_eval_options(options)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    logger.info(f"Device: {describe_device(device)}")
     bf16, precision = resolve_bf16(options.bf16, device)
     logger.info(f"Precision: {precision}")
+    tf32, tf32_line = resolve_tf32(device, options.trainer_args.get("tf32"))
+    logger.info(f"TF32: {tf32_line}")
     compiled, compiling = resolve_torch_compile(options.torch_compile, device)
     logger.info(f"Compile: {compiling}")
     init_dir = _init_folder(options) if options.init_from is not None else None
-    arguments = _trainer_arguments(options, bf16, report_to)
+    config = (
+        VanillaTransformerConfig.from_pretrained(init_dir)
+        if init_dir is not None
+        else VanillaTransformerConfig.from_preset(options.preset, vocab_size=options.vocab_size)
+    )
+    graphs, graphs_line = resolve_cuda_graphs(options.torch_compile, compiled, device, config, options.max_tokens)
+    logger.info(f"CUDA graphs: {graphs_line}")
+    arguments = {"tf32": tf32, **graphs, **_trainer_arguments(options, bf16, report_to)}
     training_args = VanillaSeq2SeqTrainingArguments(**arguments, torch_compile=compiled)
     return CheckedOptions(training_args, bf16, init_dir, compiled)
 
@@ -559,6 +571,9 @@ def fit(
     trainer.add_callback(ReleaseCorpusPagesCallback(prepared.train_dataset))
     if checked.torch_compile:
         trainer.add_callback(CompileReportCallback())
+    if training_args.length_buckets:
+        trainer.add_callback(CudaGraphStepCallback())
+    trainer.add_callback(LoopRateCallback())
     if prepared.valid_dataset is not None:
         decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"
         logger.info(
