@@ -91,9 +91,11 @@ def gpu_recipe(out: Path) -> list[str]:
     compiling = _COMPILING.findall(log)
     compile_text = f"{compiling[-1][0]} s compiling" if compiling else "no compile reported"
     train = results.get("train", {})
+    test = results.get("test")
+    score = f"test_2016 BLEU {test['bleu']:.2f} (goal >= 40.0)" if test else "test_2016 not scored (--no-eval)"
     return [
         *stated,
-        f"(c) multi30k-gpu: test_2016 BLEU {results['test']['bleu']:.2f} (goal >= 40.0), "
+        f"(c) multi30k-gpu: {score}, "
         f"{train.get('train_runtime', float('nan')):.0f} s of training ({compile_text}) for {results['updates']} "
         f"updates, {results.get('seconds', float('nan')):.0f} s for the whole command",
     ]
