@@ -399,8 +399,8 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         default=recipe.bf16,
         choices=("auto", "yes", "no"),
         help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where the device has bf16 matrix units, as torch "
-        "reports them: CPUs with AMX or AVX512-BF16, GPUs with bf16; fp32 elsewhere, e.g. AVX2-only CPUs, which "
-        "emulate bf16 ~100x slower) or --bf16 no",
+        "reports them: CPUs with AMX or AVX512-BF16, GPUs of compute capability 8.0+; fp32 elsewhere, e.g. AVX2-only "
+        "CPUs, V100 and T4 GPUs, which emulate bf16) or --bf16 no",
     )
     optim.add_argument(
         "--torch-compile",
