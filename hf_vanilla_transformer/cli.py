@@ -43,6 +43,7 @@ from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_atte
 from .inference.cpu_inference import keep_freed_memory
 from .inference.loading import DEVICES, model_folder
 from .model.configuration_vanilla_transformer import PRESETS
+from .training.compiling import TORCH_COMPILE_CHOICES
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 
 PROG = "hf-vanilla-transformer"
@@ -222,7 +223,7 @@ _TRAIN_OPTIONS = (
     *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
     *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
     *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
-    *("license_name", "test_max_sentences", "test_num_beams", "num_beams", "length_penalty"),
+    *("license_name", "test_max_sentences", "test_num_beams", "evaluation_time", "num_beams", "length_penalty"),
     *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
     *("early_stopping_patience", "keep_best"),
     *("init_from", "decoder_start_embedding", "torch_compile"),
@@ -398,8 +399,8 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         default=recipe.bf16,
         choices=("auto", "yes", "no"),
         help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where the device has bf16 matrix units, as torch "
-        "reports them: CPUs with AMX or AVX512-BF16, GPUs with bf16; fp32 elsewhere, e.g. AVX2-only CPUs, which "
-        "emulate bf16 ~100x slower) or --bf16 no",
+        "reports them: CPUs with AMX or AVX512-BF16, GPUs of compute capability 8.0+; fp32 elsewhere, e.g. AVX2-only "
+        "CPUs, V100 and T4 GPUs, which emulate bf16) or --bf16 no",
     )
     optim.add_argument(
         "--torch-compile",
@@ -407,10 +408,11 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         nargs="?",
         const="yes",
         default=recipe.torch_compile,
-        choices=("auto", "yes", "no"),
+        choices=TORCH_COMPILE_CHOICES,
         help="compile the training step with torch.compile (inductor; C++/OpenMP kernels on a CPU, Triton on a GPU): "
-        "--torch-compile (= yes), --torch-compile auto (on a GPU only) or no; where compiling cannot work, one line "
-        "says so and training goes on eagerly",
+        "--torch-compile (= yes), --torch-compile auto (on a GPU only, as CUDA graphs where an update is launch-bound:"
+        " compiling.graphs_win), graphs (CUDA graphs over 8 fixed batch shapes) or no; where compiling cannot work, "
+        "one line says so and training goes on eagerly",
     )
     optim.add_argument(
         "--attn-implementation",
@@ -427,6 +429,13 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         + (f"default {_budget(recipe)}" if recipe.max_time is not None else f"the recipe's budget: {_budget(recipe)}")
         + " unless --epochs or --max-steps is given); the whole command, the evaluation after training included, "
         "ends within 10%% more, what did not fit listed with its command (docs/training.md)",
+    )
+    budget.add_argument(
+        "--evaluation-time",
+        type=_duration,
+        help="with --max-time, how long the evaluation after training may take, e.g. 5m (default: "
+        + (_duration_text(recipe.evaluation_time) if recipe.evaluation_time is not None else "10%% of --max-time")
+        + "); less scores the test set's first sentences that fit",
     )
     budget.add_argument("--epochs", type=_positive_int, help="number of epochs")
     budget.add_argument("--max-steps", type=_positive_int, help="number of updates")

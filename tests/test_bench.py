@@ -111,3 +111,33 @@ def test_compiled_ours_trains_with_the_fused_loss() -> None:
     compiled = training_loss(torch.compile(ours, backend="eager"), batch)
     assert seen == [True, True]
     torch.testing.assert_close(compiled, eager)
+
+
+def test_gpu_check_runs_every_step_tiny_on_the_cpu(tmp_path) -> None:
+    """bench/gpu_check.sh --cpu-smoke: the GPU check's every step, tiny, so the script cannot rot between GPU loans;
+    its report has a number for each of (a)-(d) and the lines `train` states about the device."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(root), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    done = subprocess.run(
+        ["bash", str(root / "bench" / "gpu_check.sh"), str(tmp_path / "out"), "--cpu-smoke"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = (tmp_path / "out" / "report.txt").read_text().splitlines()
+    assert report[0].startswith("(a) base model step, target tok/s: ours ") and "ours_over_marian" in report[0]
+    assert report[1].startswith("(b) loop over model step: ") and " = " in report[1]
+    stated = [line.split(":")[0] for line in report[2:-2]]
+    assert stated == ["Device", "Precision", "TF32", "Compile", "CUDA graphs", "Static batch shapes"]
+    assert report[-2].startswith("(c) multi30k-gpu: test_2016 not scored (--no-eval), ")  # the smoke does not decode
+    assert " s of training " in report[-2] and " updates, " in report[-2]
+    assert report[-1].startswith("(d) paper-base: ") and " h for 100,000 steps" in report[-1]
+    log = (tmp_path / "out" / "train_gpu.log").read_text()
+    assert "`--recipe multi30k-gpu` is sized for a GPU and this machine has none" in log  # the one-line warning

@@ -56,7 +56,7 @@ def test_help_shows_real_defaults(capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "bf16"), [([], "no"), (["--bf16"], "yes"), (["--bf16", "auto"], "auto"), (["--bf16", "no"], "no")]
+    ("flags", "bf16"), [([], "auto"), (["--bf16"], "yes"), (["--bf16", "auto"], "auto"), (["--bf16", "no"], "no")]
 )
 def test_bf16_option(flags, bf16) -> None:
     assert build_parser().parse_args(["train", *flags]).bf16 == bf16

@@ -13,6 +13,8 @@ from hf_vanilla_transformer.training.evaluation_budget import (
     EvaluationClock,
     score_within,
 )
+from hf_vanilla_transformer.training.options import TrainOptions
+from hf_vanilla_transformer.training.recipes import RECIPES
 
 
 class FakeClock:
@@ -39,6 +41,11 @@ def test_the_deadline_is_the_start_plus_max_time_and_its_share_for_the_evaluatio
     assert clock.deadline == pytest.approx(100.0 + 3960.0)
     assert clock.left() == pytest.approx(360.0)
     assert EvaluationClock.of_run(100.0, None).left() == float("inf")
+    # `evaluation_time` replaces the share (the GPU recipe's minute of training gets 2 minutes of evaluation).
+    assert EvaluationClock.of_run(100.0, 60.0, 120.0, clock=lambda: 200.0).left() == pytest.approx(80.0)
+    assert EvaluationClock.of_run(100.0, None, 120.0).left() == float("inf")
+    assert TrainOptions.from_recipe(RECIPES["multi30k-gpu"]).evaluation_time == 120.0
+    assert TrainOptions.from_recipe(RECIPES["multi30k-1h"]).evaluation_time is None
 
 
 @pytest.mark.parametrize(
@@ -174,7 +181,7 @@ def test_a_recipe_cut_short_ends_with_its_folder_and_says_what_it_skipped(tmp_pa
     assert lines == [
         "No learning curve: the run saved no snapshot (one every 10 minutes of training, --curve-every)."
     ], lines
-    assert "After training, the evaluation gets 10% of --max-time" in logged
+    assert "After training, the evaluation gets 0 s (--evaluation-time; the command ends by 0.1 minutes" in logged
 
 
 def test_evaluate_scores_the_first_max_sentences(bpe_model, tmp_path, capsys) -> None:

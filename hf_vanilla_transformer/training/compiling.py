@@ -7,6 +7,9 @@ has accelerate wrap the model in `torch.compile`, inductor by default), made to 
   whether each length is a multiple of 8 (aligned matrix kernels), so up to a few more graphs follow, one per new
   outcome of that test (docs/results.md, "Compiled training on the H100"). `CompileReportCallback` logs each new
   graph and the compile time, so a run whose recompiles do not stop says so in its log.
+- CUDA graphs (`torch_compile="graphs"`, or "auto" by `graphs_win`'s rule): `mode="reduce-overhead"` replays each
+  update's forward and backward as CUDA graphs, with the batches padded to a few fixed shapes (static_shapes.py) so
+  that the graphs are reused; for models whose step is bound by kernel launches rather than arithmetic.
 - A device where compiling cannot work (no C++ compiler for inductor on a CPU, no Triton on a GPU, an unsupported
   torch) is found before training by compiling a one-line function; `resolve_torch_compile` then says so in one
   line and training goes on eagerly.
@@ -22,7 +25,13 @@ from transformers import TrainerCallback, TrainerControl, TrainerState
 
 logger = logging.getLogger(__name__)
 
-TORCH_COMPILE_CHOICES = ("auto", "yes", "no")
+TORCH_COMPILE_CHOICES = ("auto", "yes", "graphs", "no")
+# `graphs_win`'s bound: an update of fewer floating-point operations than this is bound by kernel launches on a GPU.
+# 1e12 is about 3 ms of bf16 matrix work on an H100 (~300-400 TFLOP/s reached), while the Multi30k model's eager
+# update (6 x 7.6M parameters x 4096 tokens = 1.9e11) took 49 ms on an H200 (20.5 updates/s): launches and Python.
+# The paper's base model at its 25k-token batches (6 x 63M x 25,000 = 9.4e12) is above it: its arithmetic dominates,
+# and the bucket padding (static_shapes.LengthBuckets.padding) would cost more than the launches it saves.
+LAUNCH_BOUND_FLOPS = 1e12
 
 
 def compile_failure(device: torch.device) -> str | None:
@@ -52,10 +61,10 @@ def compile_wins(device: torch.device) -> str | None:
 
 
 def resolve_torch_compile(choice: str, device: torch.device) -> tuple[bool, str]:
-    """Whether to compile the training step for `torch_compile` "auto", "yes" or "no" on `device`, and the line
-    that says what was decided and why (`train` prints it as "Compile: ...")."""
+    """Whether to compile the training step for `torch_compile` "auto", "yes", "graphs" or "no" on `device`, and
+    the line that says what was decided and why (`train` prints it as "Compile: ...")."""
     if choice not in TORCH_COMPILE_CHOICES:
-        raise ValueError(f"`torch_compile` is {choice!r}; pass 'auto', 'yes' or 'no'.")
+        raise ValueError(f"`torch_compile` is {choice!r}; pass 'auto', 'yes', 'graphs' or 'no'.")
     if choice == "no":
         return False, "eager (`torch_compile=no`)"
     reason = compile_wins(device)
@@ -64,8 +73,36 @@ def resolve_torch_compile(choice: str, device: torch.device) -> tuple[bool, str]
     failure = compile_failure(device)
     if failure is not None:
         return False, f"eager: torch.compile cannot work here ({failure}); training goes on without it"
-    why = "`torch_compile`" if choice == "yes" else f"`torch_compile=auto`: {reason}"
-    return True, f"torch.compile, inductor, dynamic shapes after the first recompile ({why})"
+    why = f"`torch_compile=auto`: {reason}" if choice == "auto" else f"`torch_compile={choice}`"
+    return True, f"torch.compile, inductor ({why})"
+
+
+def update_flops(parameters: int, max_tokens: int) -> float:
+    """The arithmetic of one training update, roughly: 6 floating-point operations per parameter and target token
+    (forward 2, backward 4), with `max_tokens` target tokens."""
+    return 6.0 * parameters * max_tokens
+
+
+def graphs_win(choice: str, compiled: bool, device: torch.device, flops: float) -> tuple[bool, str]:
+    """Whether the compiled step runs as CUDA graphs over fixed batch shapes, and the line that says why (`train`
+    prints it as "CUDA graphs: ..."). The `torch_compile="auto"` rule, fixed, no timing: on a GPU, when an update
+    is under `LAUNCH_BOUND_FLOPS` (`update_flops`); "graphs" asks for them on any GPU."""
+    if not compiled or device.type != "cuda":
+        where = "not compiled" if not compiled else f"this is a {device.type.upper()}"
+        return False, f"no ({where}; CUDA graphs need a compiled step on a GPU)"
+    if choice == "graphs":
+        return True, "yes (`torch_compile=graphs`)"
+    if choice == "auto" and flops < LAUNCH_BOUND_FLOPS:
+        return (
+            True,
+            f"yes (`torch_compile=auto`: an update is {flops:.1e} FLOPs < {LAUNCH_BOUND_FLOPS:.0e}, launch-bound)",
+        )
+    if choice == "auto":
+        return (
+            False,
+            f"no (`torch_compile=auto`: an update is {flops:.1e} FLOPs >= {LAUNCH_BOUND_FLOPS:.0e}; dynamic shapes)",
+        )
+    return False, "no (`torch_compile=yes`: dynamic shapes; `graphs` asks for them)"
 
 
 def compile_counts() -> tuple[int, float]:
@@ -115,10 +152,13 @@ class CompileReportCallback(TrainerCallback):
 
 
 __all__ = [
+    "LAUNCH_BOUND_FLOPS",
     "TORCH_COMPILE_CHOICES",
     "CompileReportCallback",
     "compile_counts",
     "compile_failure",
     "compile_wins",
+    "graphs_win",
     "resolve_torch_compile",
+    "update_flops",
 ]

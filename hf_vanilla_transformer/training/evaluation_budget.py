@@ -43,6 +43,11 @@ PROBE_SENTENCES = 16
 LEAST_SENTENCES = 4
 
 
+def evaluation_seconds(max_time: float, evaluation_time: float | None) -> float:
+    """The seconds after `max_time` that the command may take: `evaluation_time`, else `EVALUATION_SHARE` of it."""
+    return max_time * EVALUATION_SHARE if evaluation_time is None else evaluation_time
+
+
 @dataclass(frozen=True)
 class EvaluationClock:
     """The deadline of the evaluation after training (`clock()` time; None: no limit) and the clock it is read on."""
@@ -52,10 +57,17 @@ class EvaluationClock:
 
     @classmethod
     def of_run(
-        cls, started: float, max_time: float | None, clock: Callable[[], float] = time.perf_counter
+        cls,
+        started: float,
+        max_time: float | None,
+        evaluation_time: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> EvaluationClock:
-        """The clock of a run that began at `started` (on `clock`) with `max_time` seconds of training."""
-        return cls(None if max_time is None else started + max_time * (1 + EVALUATION_SHARE), clock)
+        """The clock of a run that began at `started` (on `clock`) with `max_time` seconds of training and
+        `evaluation_time` seconds after them (None: `EVALUATION_SHARE` of `max_time`)."""
+        if max_time is None:
+            return cls(None, clock)
+        return cls(started + max_time + evaluation_seconds(max_time, evaluation_time), clock)
 
     def left(self) -> float:
         """Seconds left before the deadline (negative past it; infinite without one)."""
@@ -127,6 +139,7 @@ __all__ = [
     "PROBE_SENTENCES",
     "EvaluationClock",
     "Skipped",
+    "evaluation_seconds",
     "prefix_scorer",
     "score_within",
 ]

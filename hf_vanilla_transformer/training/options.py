@@ -3,6 +3,7 @@ that go with them, and the parsing of the options written as text (durations, th
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -11,10 +12,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import OptionError, check_decoding
 from ..files import MODEL_DIR, RESULTS_FILE
 from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
 # The budget options: a recipe's budget applies as a whole unless one of them is given.
@@ -144,7 +149,9 @@ class TrainOptions:
     (Multi30k's), else none; "other" with `license_name`, the terms' kebab-case name. `src_lang`/`tgt_lang` are
     BCP-47 language tags as the Hub takes them (en, de, pt-BR, zh-Hant, eng). `check_report_values` checks them.
     The test set is scored at the end on its first `test_max_sentences` pairs (None: all) with `test_num_beams`
-    beams (None: the model's own decoding, §6.1); the card says when either is set.
+    beams (None: the model's own decoding, §6.1); the card says when either is set. With `max_time`, the whole
+    command ends by `evaluation_time` seconds after the training budget (None: 10% of `max_time`), the evaluation
+    after training keeping to what fits (evaluation_budget.py).
     `num_beams` and `length_penalty` (GNMT α) set the saved model's decoding, its generation_config.json, which the
     test scoring, `generate()` and the pipeline use; None keeps §6.1's (4 and 0.6), or the `init_from` folder's.
     `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
@@ -225,6 +232,7 @@ class TrainOptions:
     eval_batch_size: int = 64
     test_max_sentences: int | None = None
     test_num_beams: int | None = None
+    evaluation_time: float | None = None
     num_beams: int | None = DEFAULT_RECIPE.num_beams
     length_penalty: float | None = DEFAULT_RECIPE.length_penalty
     examples: int = 5
@@ -267,7 +275,13 @@ class TrainOptions:
             settings.update(dict.fromkeys(BUDGET))
         if options.get("schedule", recipe.schedule) != recipe.schedule:
             settings["lr"] = None
-        return cls(**{**settings, **options})
+        if recipe.gpu and not torch.cuda.is_available():
+            logger.warning(
+                f"`recipe={recipe.name}` is sized for a GPU and this machine has none: it runs, far slower, and its "
+                "budget will not reach the recipe's result."
+            )
+        trainer_args = {**recipe.trainer_args, **options.pop("trainer_args", {})}  # explicit Trainer arguments win
+        return cls(**{**settings, **options, "trainer_args": trainer_args})
 
     def learning_rate(self) -> float:
         """`lr`, or its default for the schedule: 1.0 (eq. (3) as is) for "paper", the main job's peak otherwise."""

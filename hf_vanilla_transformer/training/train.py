@@ -56,7 +56,8 @@ from .averaging import (
 )
 from .compiling import CompileReportCallback, resolve_torch_compile
 from .data import DEFAULT_TOKENIZER_SAMPLE, prepare_pairs, tokenizer_sample
-from .evaluation_budget import EVALUATION_SHARE, EvaluationClock, Skipped, prefix_scorer, score_within
+from .devices import LoopRateCallback, describe_device, resolve_cuda_graphs, resolve_tf32
+from .evaluation_budget import EvaluationClock, Skipped, evaluation_seconds, prefix_scorer, score_within
 from .learning_curve import (
     CURVE_DIR,
     CURVE_PNG,
@@ -94,6 +95,7 @@ from .run_folder import (
     write_run_config,
     write_settings,
 )
+from .static_shapes import CudaGraphStepCallback
 from .tokenization import BYTE_TOKENS, SPECIAL_TOKENS, special_token_ids, train_bpe_tokenizer
 from .trainer import (
     CheckpointRetentionCallback,
@@ -178,12 +180,22 @@ def check_options(options: TrainOptions) -> CheckedOptions:
     _check_values(options)
     report_to = _check_eval_options(options)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    logger.info(f"Device: {describe_device(device)}")
     bf16, precision = resolve_bf16(options.bf16, device)
     logger.info(f"Precision: {precision}")
+    tf32, tf32_line = resolve_tf32(device, options.trainer_args.get("tf32"))
+    logger.info(f"TF32: {tf32_line}")
     compiled, compiling = resolve_torch_compile(options.torch_compile, device)
     logger.info(f"Compile: {compiling}")
     init_dir = _init_folder(options) if options.init_from is not None else None
-    arguments = _trainer_arguments(options, bf16, report_to)
+    config = (
+        VanillaTransformerConfig.from_pretrained(init_dir)
+        if init_dir is not None
+        else VanillaTransformerConfig.from_preset(options.preset, vocab_size=options.vocab_size)
+    )
+    graphs, graphs_line = resolve_cuda_graphs(options.torch_compile, compiled, device, config, options.max_tokens)
+    logger.info(f"CUDA graphs: {graphs_line}")
+    arguments = {"tf32": tf32, **graphs, **_trainer_arguments(options, bf16, report_to)}
     training_args = VanillaSeq2SeqTrainingArguments(**arguments, torch_compile=compiled)
     return CheckedOptions(training_args, bf16, init_dir, compiled)
 
@@ -571,12 +583,16 @@ def fit(
     if checked.torch_compile:
         trainer.add_callback(CompileReportCallback())
     if options.max_time is not None and options.evaluate:
+        evaluation = evaluation_seconds(options.max_time, options.evaluation_time)
         logger.info(
-            f"After training, the evaluation gets {EVALUATION_SHARE:.0%} of `max_time` (the command ends by "
-            f"{options.max_time * (1 + EVALUATION_SHARE) / 60:.1f} minutes after it started): the averaged model's "
-            "test score first (cut to the test set's first sentences that fit), then the last checkpoint alone and "
-            "the learning-curve snapshots while they fit; what does not is listed with the command that computes it"
+            f"After training, the evaluation gets {evaluation:.0f} s (`evaluation_time`; the command ends by "
+            f"{(options.max_time + evaluation) / 60:.1f} minutes after it started): the averaged model's test "
+            "score first (cut to the test set's first sentences that fit), then the last checkpoint alone and the "
+            "learning-curve snapshots while they fit; what does not is listed with the command that computes it"
         )
+    if training_args.length_buckets:
+        trainer.add_callback(CudaGraphStepCallback())
+    trainer.add_callback(LoopRateCallback())
     if prepared.valid_dataset is not None:
         decoding = f"beam {options.eval_num_beams}" if options.eval_num_beams else "greedy"
         logger.info(
@@ -636,7 +652,7 @@ def finalize(
     dev_points = _dev_summary(options, state, model_dir, summary)
     test_pairs = prepared.data.test
     if test_pairs is not None and options.evaluate:
-        clock = EvaluationClock.of_run(started, options.max_time)
+        clock = EvaluationClock.of_run(started, options.max_time, options.evaluation_time)
         _test_summary(options, test_pairs, prepared.data.name, to_average, dev_points, summary, clock)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     result = TrainResult(output_dir, summary)
@@ -875,7 +891,7 @@ def _card_inputs(
         )
     if summary.get("skipped"):
         notes.append(
-            f"Not evaluated within the run's time (`--max-time` + {EVALUATION_SHARE:.0%} for the evaluation after "
+            "Not evaluated within the run's time (`--max-time`, then `--evaluation-time` for the evaluation after "
             "training), each computed later by its command: "
             + "; ".join(f"{item['what']} (`{item['command']}`)" for item in summary["skipped"])
             + "."

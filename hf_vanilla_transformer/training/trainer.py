@@ -58,6 +58,7 @@ from .averaging import checkpoint_infos
 from .data import pair_lengths
 from .options import EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
+from .static_shapes import LengthBuckets, StaticShapeCollator
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,12 @@ def bf16_matrix_units(device: torch.device) -> str | None:
     A capability, not a timing: the choice must not depend on what else the machine is doing at start (a timed
     GEMM under background load picked fp32 on bf16 CPUs most of the time)."""
     if device.type == "cuda":
-        return "a GPU with bf16" if torch.cuda.is_bf16_supported() else None
+        # Not torch's default `including_emulation=True`, which says yes on GPUs that emulate bf16 (V100, T4: compute
+        # capability 7.x); bf16 tensor cores came with compute capability 8.0 (Ampere).
+        if not torch.cuda.is_bf16_supported(including_emulation=False):
+            return None
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"bf16 tensor cores, compute capability {major}.{minor}"
     if device.type != "cpu" or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return None
     if torch.cpu._is_amx_tile_supported():
@@ -263,6 +269,13 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
     early_stopping_patience: int | None = field(
         default=None,
         metadata={"help": "Stop after this many dev evaluations without a better eval_bleu (None: never)."},
+    )
+    length_buckets: int = field(
+        default=0,
+        metadata={
+            "help": "Pad every training batch to one of at most this many fixed shapes (static_shapes.py), for CUDA "
+            "graphs (torch_compile_mode='reduce-overhead'); 0: batches as long as their longest pair."
+        },
     )
     learning_rate: float = 1.0
     warmup_steps: float = 4000
@@ -616,6 +629,12 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         # From the length arrays (prepare_pairs' columns), never the token lists: a corpus of any size.
         source_lengths, target_lengths = pair_lengths(self.train_dataset)
         dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        collate = self.data_collator
+        if self.args.length_buckets:  # fixed shapes: pairs planned at their bucket's length, batches padded to it
+            buckets = LengthBuckets.fit(source_lengths, target_lengths, self.args.length_buckets, self.args.max_tokens)
+            source_lengths = target_lengths = buckets.sizes(source_lengths, target_lengths)
+            collate = StaticShapeCollator(collate, buckets, self.model.config.pad_token_id)
+            logger.info(f"Static batch shapes: {buckets.describe()}")
         sampler = TokenBudgetBatchSampler(
             source_lengths,
             target_lengths,
@@ -630,7 +649,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=collate,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory and self.args.device.type != "cpu",
             persistent_workers=self.args.dataloader_persistent_workers,
