@@ -95,9 +95,9 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 MANIFEST = ".hf_vanilla_transformer.json"
 # This package's model type (VanillaTransformerConfig.model_type; not imported, the model's modules import this one).
 _MODEL_TYPE = "vanilla_transformer"
-# What a writer leaves for a moment in any folder it writes (`writable_folder`'s probe, a manifest being written):
-# a kill may leave one behind.
-_TEMPORARY = (".write-test-*", f"{MANIFEST}.*")
+# What a writer leaves for a moment in any folder it writes (`writable_folder`'s probe, a manifest being written, a
+# model card being written: model_card.save_card): a kill may leave one behind.
+_TEMPORARY = (".write-test-*", f"{MANIFEST}.*", ".README.md.partial-*")
 
 
 def _always(folder: Path) -> bool:

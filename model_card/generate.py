@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -839,8 +840,20 @@ def write_model_card(
             `out_of_domain` ({"source", "translation"}, see `evaluation.out_of_domain_translation`).
     """
     card = render_model_card(output_dir, config, results, languages, datasets, command, extra, **options)
-    path = Path(output_dir) / "README.md"
-    card.save(path)
+    return save_card(card, Path(output_dir) / "README.md")
+
+
+def save_card(card: ModelCard, path: Path) -> Path:
+    """Write `card` to `path` whole and return `path`: into `.NAME.partial-PID` beside it, renamed over `path` once
+    complete, so that a full disk (or a kill) leaves the old card or none, never a cut one that looks whole. The
+    partial file is removed on an error, which propagates; the output folders' rule counts it as a writer's
+    temporary file (hf_vanilla_transformer/files.py)."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        card.save(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 
@@ -1013,6 +1026,7 @@ __all__ = [
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
+    "save_card",
     "source_card_metadata",
     "write_model_card",
 ]
