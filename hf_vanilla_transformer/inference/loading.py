@@ -42,8 +42,8 @@ def model_folder(
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise OptionError(
-            f"{name} {path} is not a saved model folder (no config.json). Pass the `output_dir` of `train` or a "
-            "folder written by save_pretrained."
+            f"{name} {path} is not a saved model folder (no config.json). Pass a model folder written by `train` "
+            "(RUN/model) or by save_pretrained."
         )
     config = read_json(config_file)
     if not isinstance(config, dict):
