@@ -32,10 +32,14 @@ def close_matches(name: str, names: Sequence[str]) -> str:
     return f" (did you mean {', '.join(matches)}?)" if matches else ""
 
 
+def is_finite_number(value: object) -> bool:
+    """Whether `value` is an int or float (not a bool) that is finite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_length_penalty(penalty: object) -> None:
     """`length_penalty` (α; train's, translate's and evaluate's): None (the model's) or a finite number."""
-    number = isinstance(penalty, int | float) and not isinstance(penalty, bool)
-    if penalty is not None and not (number and math.isfinite(penalty)):
+    if penalty is not None and not is_finite_number(penalty):
         raise OptionError(f"`length_penalty` must be a finite number (the paper's is 0.6), got {penalty!r}.")
 
 
@@ -92,4 +96,12 @@ def sigterm_raises_terminated() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["FIELD", "OptionError", "Terminated", "close_matches", "flag_wording", "sigterm_raises_terminated"]
+__all__ = [
+    "FIELD",
+    "OptionError",
+    "Terminated",
+    "close_matches",
+    "flag_wording",
+    "is_finite_number",
+    "sigterm_raises_terminated",
+]

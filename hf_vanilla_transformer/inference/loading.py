@@ -5,7 +5,6 @@ and the languages it was trained on."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.utils import GENERATION_CONFIG_NAME
 
-from ..errors import OptionError
+from ..errors import OptionError, is_finite_number
 from ..files import RESULTS_FILE, TARGET_TOKENIZER, TOKENIZER_FILES
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.generation_vanilla_transformer import LENGTH_PENALTY_TYPES
@@ -155,8 +154,7 @@ def check_generation_settings(settings: Any, file: Path) -> None:
             "most one sequence per beam. Fix one of those entries of the file."
         )
     penalty, penalty_type = settings.get("length_penalty"), settings.get("length_penalty_type")
-    number = isinstance(penalty, int | float) and not isinstance(penalty, bool)
-    if penalty is not None and not (number and math.isfinite(penalty)):
+    if penalty is not None and not is_finite_number(penalty):
         raise OptionError(
             f'{file} has `"length_penalty": {json.dumps(penalty)}`; it must be a finite number (the paper\'s is 0.6). '
             "Fix that entry of the file."
