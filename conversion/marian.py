@@ -37,6 +37,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel, PreTrainedModel
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.inference.loading import model_folder
 from hf_vanilla_transformer.model.generation_vanilla_transformer import PAPER_MAX_NEW_TOKENS_OFFSET
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
 from hf_vanilla_transformer.training.start_embedding import start_embedding_max
@@ -453,6 +454,7 @@ def export(options: ToMarianOptions) -> Finished:
     """Export our folder to a MarianMTModel folder verified against our model, and check that it reloads exactly."""
     check_output(options)
     source, output_dir = options.source, options.output_dir
+    model_folder(source, None, name="`source`", tokenizer=False)  # damaged files named, before anything is loaded
     model = VanillaTransformerForConditionalGeneration.from_pretrained(source).float().eval()
     start = start_embedding_max(model)
     if start and not options.allow_nonzero_start_embedding:

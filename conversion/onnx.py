@@ -50,6 +50,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.errors import OptionError
 from hf_vanilla_transformer.files import TARGET_TOKENIZER, TOKENIZER_FILES
+from hf_vanilla_transformer.inference.loading import check_our_folder, read_json
 from hf_vanilla_transformer.model.modeling_vanilla_transformer import VanillaTransformerSinusoidalPositionalEmbedding
 from model_card import source_card_metadata
 
@@ -414,12 +415,14 @@ def load_source(source: Path) -> VanillaTransformerForConditionalGeneration:
         raise FileNotFoundError(
             f"`source` {source} has no config.json; pass a folder written by train or by a converter."
         )
-    model_type = json.loads(config_path.read_text()).get("model_type")
+    config = read_json(config_path)
+    model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type != "vanilla_transformer":
         raise ValueError(
             f"`source` {source} holds a {model_type!r} model, not 'vanilla_transformer'; export MarianMTModel and "
             "other transformers models with optimum-cli export onnx."
         )
+    check_our_folder(source, config, "`source`", tokenizer=False)  # damaged files named, before anything is loaded
     return VanillaTransformerForConditionalGeneration.from_pretrained(source, dtype=torch.float32).eval()
 
 

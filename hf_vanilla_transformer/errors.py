@@ -42,6 +42,11 @@ class DecodingRange:
     integer: bool
     usual: str
 
+    def holds(self, value: object) -> bool:
+        """Whether `value` is a number of this range (NaN is not: it fails both comparisons)."""
+        kind = int if self.integer else int | float
+        return isinstance(value, kind) and not isinstance(value, bool) and self.low <= value <= self.high
+
 
 # The decoding settings that `translate`, `evaluate`, `serve` and `train` accept. Past these bounds a value is a slip
 # (1e308 for 1.0), and the decoding would fail deep inside (an overflow, an allocation of the whole output up front)
@@ -75,10 +80,7 @@ def check_decoding(**values: object) -> None:
     `_` and one: `test_num_beams`), its value None (the default) or a number in the setting's range."""
     for name, value in values.items():
         allowed = next(DECODING_RANGES[key] for key in DECODING_RANGES if name == key or name.endswith(f"_{key}"))
-        kind = int if allowed.integer else int | float
-        if value is None or (
-            isinstance(value, kind) and not isinstance(value, bool) and allowed.low <= value <= allowed.high
-        ):
+        if value is None or allowed.holds(value):
             continue
         what = "an integer" if allowed.integer else "a number"
         raise OptionError(

@@ -13,6 +13,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -95,9 +96,9 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 MANIFEST = ".hf_vanilla_transformer.json"
 # This package's model type (VanillaTransformerConfig.model_type; not imported, the model's modules import this one).
 _MODEL_TYPE = "vanilla_transformer"
-# What a writer leaves for a moment in any folder it writes (`writable_folder`'s probe, a manifest being written):
-# a kill may leave one behind.
-_TEMPORARY = (".write-test-*", f"{MANIFEST}.*")
+# What a writer leaves for a moment in any folder it writes (`writable_folder`'s probe, a manifest being written, a
+# model card being written: model_card.save_card): a kill may leave one behind.
+_TEMPORARY = (".write-test-*", f"{MANIFEST}.*", ".README.md.partial-*")
 
 
 def _always(folder: Path) -> bool:
@@ -535,12 +536,18 @@ def existing_file(path: str | os.PathLike | None, option: str, *, regular: bool 
     return file
 
 
+# numpy's `ndarray.tofile` (onnx_ir's external data: `to-onnx`'s weights) reports a short write as an OSError
+# without an errno: "N requested and M written", or "problem writing element N to file" for a strided array.
+_NUMPY_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written|problem writing element \d+ to file")
+
+
 def no_space_message(error: BaseException, path: str | os.PathLike, option: str) -> str | None:
     """The one-line message for a write that failed because the disk is full, or None for any other error. The
-    failure comes as an OSError ENOSPC from Python, as "os error 28" inside a safetensors error, and from torch's zip
-    writer (torch.save: Trainer checkpoints) as a RuntimeError "[enforce fail at inline_container.cc...]" without
-    the errno: that writer fails so only when a write comes back short, which on a local disk means it is full.
-    `path` is the command's output (named unless the OSError names its file), `option` the option that chose it."""
+    failure comes as an OSError ENOSPC from Python, as "os error 28" inside a safetensors error, and without the
+    errno from torch's zip writer (torch.save: Trainer checkpoints; a RuntimeError "[enforce fail at
+    inline_container.cc...]") and from numpy's `tofile` (an OSError, `_NUMPY_SHORT_WRITE`): those writers fail so
+    only when a write comes back short, which on a local disk means it is full. `path` is the command's output
+    (named unless the OSError names its file), `option` the option that chose it."""
     cause: BaseException | None = error
     while cause is not None:  # the library may have wrapped the failed write
         text = str(cause)
@@ -548,6 +555,7 @@ def no_space_message(error: BaseException, path: str | os.PathLike, option: str)
             (isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))
             or "os error 28" in text
             or (isinstance(cause, RuntimeError) and "inline_container.cc" in text)
+            or (isinstance(cause, OSError) and cause.errno is None and _NUMPY_SHORT_WRITE.fullmatch(text))
         ):
             where = getattr(cause, "filename", None) or path
             return f"no space left on device while writing {where}: free space or choose another {option}."

@@ -19,6 +19,7 @@ from .generate import (
     push_folder_to_hub,
     render_converted_card,
     render_model_card,
+    save_card,
     source_card_metadata,
     write_model_card,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
+    "save_card",
     "source_card_metadata",
     "write_model_card",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -839,8 +840,20 @@ def write_model_card(
             `out_of_domain` ({"source", "translation"}, see `evaluation.out_of_domain_translation`).
     """
     card = render_model_card(output_dir, config, results, languages, datasets, command, extra, **options)
-    path = Path(output_dir) / "README.md"
-    card.save(path)
+    return save_card(card, Path(output_dir) / "README.md")
+
+
+def save_card(card: ModelCard, path: Path) -> Path:
+    """Write `card` to `path` whole and return `path`: into `.NAME.partial-PID` beside it, renamed over `path` once
+    complete, so that a full disk (or a kill) leaves the old card or none, never a cut one that looks whole. The
+    partial file is removed on an error, which propagates; the output folders' rule counts it as a writer's
+    temporary file (hf_vanilla_transformer/files.py)."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        card.save(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 
@@ -923,7 +936,8 @@ def code_files(output_dir: str | Path) -> list[str]:
 def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> list[str]:
     """The folder's files to upload (relative POSIX paths, sorted): those matching `patterns`, each pattern at its
     own depth, so checkpoints/, runs/ and training_args.bin stay local, plus exactly the model's `code_files`.
-    Checks the folder is a complete model."""
+    Checks the folder is a complete model whose files lie in it: a symbolic link to a file or folder outside it is
+    refused (ValueError naming the link and its target), never followed."""
     output_dir = Path(output_dir)
     found = sorted(path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if path.is_file())
     selected = [
@@ -939,7 +953,25 @@ def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> li
             raise ValueError(f"{output_dir} has no {required}; {fix} first.")
     if not any(name.endswith(".safetensors") for name in selected):
         raise ValueError(f"{output_dir} has no safetensors weights; save the model with save_pretrained first.")
-    return sorted({*selected, *code_files(output_dir)})
+    files = sorted({*selected, *code_files(output_dir)})
+    folders = {pattern.rsplit("/", 1)[0] for pattern in patterns if "/" in pattern}  # rglob leaves linked ones out
+    _refuse_links_out(output_dir, [*files, *sorted(folders)])
+    return files
+
+
+def _refuse_links_out(output_dir: Path, names: Sequence[str]) -> None:
+    """Raise ValueError for the first of `names` (relative paths in `output_dir`) that is a symbolic link to a path
+    outside the folder, naming the link and its target: the upload would send that file's content (a link's own
+    content is its target's), which the folder only points at. Links inside the folder are its own files."""
+    root = output_dir.resolve()
+    for name in names:
+        path = output_dir / name
+        target = path.resolve()
+        if path.is_symlink() and not target.is_relative_to(root):
+            raise ValueError(
+                f"{path} is a symbolic link to {target}, outside the folder; the upload would send that file without "
+                "a word. Copy the file into the folder in place of the link (or remove the link) to upload it."
+            )
 
 
 def push_folder_to_hub(
@@ -1013,6 +1045,7 @@ __all__ = [
     "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
+    "save_card",
     "source_card_metadata",
     "write_model_card",
 ]

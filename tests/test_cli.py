@@ -445,10 +445,47 @@ def _config_not_json(folder, target) -> None:
     (target / "config.json").write_text('{"model_type": ')
 
 
+def _edited(name: str, **values: object):
+    """A damage: the folder with `values` set in its JSON file `name`."""
+
+    def damage(folder, target) -> None:
+        shutil.copytree(folder, target)
+        (target / name).write_text(json.dumps(json.loads((target / name).read_text()) | values))
+
+    damage.__name__ = f"{name}:{','.join(f'{key}={value}' for key, value in values.items())}"
+    return damage
+
+
+def _replaced(name: str, text: str):
+    """A damage: the folder with `text` as its file `name`."""
+
+    def damage(folder, target) -> None:
+        shutil.copytree(folder, target)
+        (target / name).write_text(text)
+
+    damage.__name__ = f"{name}:{text}"
+    return damage
+
+
 WRONG_FOLDERS = {
     _folder_without_tokenizer: "has no tokenizer (no tokenizer.json). Save the tokenizer into the folder",
     _bart_folder: "holds a model of type 'bart', not 'vanilla_transformer'. Pass a folder written by `train`",
     _config_not_json: "config.json is not valid JSON (Expecting value",
+    # Values no machine holds: refused before the allocator refuses terabytes (a RuntimeError traceback before).
+    _edited("config.json", d_model=10**9): "config.json is invalid: `d_model=1000000000` makes a model of",
+    _edited("config.json", max_position_embeddings=10**12): (
+        "config.json is invalid: `max_position_embeddings=1000000000000` makes a model of"
+    ),
+    # A ZeroDivisionError traceback from beam search before.
+    _edited("generation_config.json", num_beams=0): (
+        'generation_config.json has `"num_beams": 0`, which generate() cannot run: it must be an integer of at least 1'
+    ),
+    # One line before, but without the file's name (or an OSError traceback for the generation config).
+    _replaced("generation_config.json", '{"num_beams'): "generation_config.json is not valid JSON (",
+    _replaced("tokenizer.json", '{"model'): "tokenizer.json is not valid JSON (",
+    _replaced("tokenizer_config.json", '{"model'): "tokenizer_config.json is not valid JSON (",
+    _replaced("tokenizer_config.json", "[1]"): "tokenizer_config.json is not a JSON object",
+    _replaced("tokenizer.json", "{}"): "cannot be read (KeyError: 'added_tokens'): the folder is damaged",
 }
 
 
@@ -811,3 +848,47 @@ def test_card_values_are_refused_in_one_line_before_the_data_is_read(flags, mess
     assert code == 2 and message in err, err
     assert err.count("\n") == 1 and len(err) < 600, err
     assert not output.exists()
+
+
+def test_a_model_larger_than_the_machines_memory_is_refused_before_loading(bpe_model, tmp_path, capsys) -> None:
+    """A config that any machine might hold but this one cannot (here: a 64 MiB machine, a model of 2 position
+    tables of 10**6 rows of 32 values, 244 MiB) is one line naming the field, before anything is allocated."""
+    import hf_vanilla_transformer.inference.loading as loading
+
+    folder = tmp_path / "long"
+    shutil.copytree(bpe_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 10**6}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loading, "machine_memory", lambda: 64 * 2**20)
+        code, _, err = run(["translate", str(folder), "A dog."], capsys)
+    one_line_error(
+        code,
+        err,
+        f"{folder / 'config.json'}: `max_position_embeddings=1000000` makes a model of 244 MiB",
+        "more than this machine's memory (64 MiB). Set `max_position_embeddings` to the size the model was built "
+        "with. Or load the model on a machine with more memory.",
+    )
+    assert loading.machine_memory() > 2**20  # the real one, as the platform reports it
+
+
+@pytest.mark.parametrize(
+    ("settings", "shown"),
+    [
+        ({"num_beams": 0}, '`"num_beams": 0`, which generate() cannot run: it must be an integer of at least 1'),
+        ({"num_beams": 2.5}, '`"num_beams": 2.5`, which generate() cannot run'),
+        ({"max_length": 0}, '`"max_length": 0`, which generate() cannot run'),
+        ({"max_new_tokens": -3}, '`"max_new_tokens": -3`, which generate() cannot run'),
+        ({"max_new_tokens_offset": -1}, '`"max_new_tokens_offset": -1`, which generate() cannot run'),
+        ({"num_return_sequences": 6}, '`"num_return_sequences": 6` with `"num_beams": 4`: beam search returns'),
+        ({"length_penalty": "long"}, '`"length_penalty": "long"`; it must be a finite number'),
+        ({"length_penalty_type": "wu"}, '`"length_penalty_type": "wu"`; it must be one of hf, gnmt'),
+    ],
+)
+def test_generation_settings_are_checked_on_load(bpe_model, tmp_path, capsys, settings, shown) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(bpe_model, folder)
+    file = folder / "generation_config.json"
+    file.write_text(json.dumps(json.loads(file.read_text()) | settings))
+    code, _, err = run(["translate", str(folder), "A dog."], capsys)
+    one_line_error(code, err, f"{file} has {shown}", "of the file.")

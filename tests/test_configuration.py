@@ -130,3 +130,43 @@ def test_transformers_own_validators_run_beside_ours(tmp_path) -> None:
     # Our own hooks extend transformers' of the same name; their messages come first.
     with pytest.raises(ValueError, match=r"`d_model` \(100\) must be divisible by `encoder_attention_heads` \(8\)"):
         VanillaTransformerConfig(d_model=100)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        dict(share_encoder_decoder_embeddings=False, decoder_vocab_size=50),
+        dict(tie_word_embeddings=False, lm_head_bias=True),
+        dict(position_embedding_type="learned", position_offset=2),
+        dict(add_final_layer_norm=True, normalize_before=True, layer_norm_type="annotated_std"),
+        dict(encoder_layers=1, decoder_layers=3, encoder_ffn_dim=48),
+    ],
+)
+def test_value_counts_are_the_models_parameters_and_buffers(overrides: dict) -> None:
+    from .conftest import tiny_model
+
+    model = tiny_model(**overrides)
+    held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())  # tied: once
+    assert sum(model.config.value_counts().values()) == held
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(d_model=10**9), "`d_model=1000000000` makes a model of 250 EiB (7.2e+19 values, the decoder alone"),
+        (dict(max_position_embeddings=10**12), "`max_position_embeddings=1000000000000` makes a model of 3.64 PiB"),
+        (dict(vocab_size=10**12), "`vocab_size=1000000000000` makes a model of 1.82 PiB"),
+        (dict(encoder_layers=10**8), "`encoder_layers=100000000` makes a model of 1.12 PiB"),
+    ],
+)
+def test_a_config_no_machine_can_hold_is_refused_naming_the_field(overrides: dict, message: str) -> None:
+    """Values that ask terabytes or more are refused when the config is made, naming the field, the memory and the
+    cap, rather than by the allocator when the model is built (a RuntimeError traceback)."""
+    with pytest.raises(ValueError) as error:
+        VanillaTransformerConfig(**overrides)
+    assert message in str(error.value) and "more than any one machine holds (64 TiB)" in str(error.value)
+    assert f"Set `{next(iter(overrides))}` to the size the model was built with." in str(error.value)
+    # The largest paper model stays far below the cap, and a config just under it is accepted.
+    VanillaTransformerConfig.from_preset("transformer-big", vocab_size=10**6)
+    VanillaTransformerConfig(max_position_embeddings=2**46 // (4 * 2 * 512) - 10**8)

@@ -506,3 +506,20 @@ def test_paper_decoding_is_the_default_in_the_pipeline_and_as_remote_code(tmp_pa
     remote = json.loads(Path(out_file).read_text())
     assert remote["module"].startswith("transformers_modules")
     assert remote["ids"] == expected.tolist()
+
+
+@pytest.mark.parametrize("num_beams", [0, -2, 2.5])
+def test_a_beam_size_generate_cannot_run_is_named(num_beams: object, tmp_path) -> None:
+    """From the call or from a saved generation_config.json (which transformers loads without checking it): one
+    ValueError naming `num_beams` (before: 0 was a ZeroDivisionError from transformers' beam search)."""
+    model = tiny_model()
+    with pytest.raises(
+        ValueError, match=rf"`num_beams` must be an integer of at least 1 \(1 is greedy\), got {num_beams}"
+    ):
+        model.generate(input_ids=torch.tensor([[5, 6, 7]]), num_beams=num_beams)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps(config | {"num_beams": num_beams}))
+    reloaded = type(model).from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="`num_beams` must be an integer of at least 1"):
+        reloaded.generate(input_ids=torch.tensor([[5, 6, 7]]))

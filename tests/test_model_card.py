@@ -2,6 +2,7 @@
 generation config and results."""
 
 import ast
+import errno
 import json
 import re
 from pathlib import Path
@@ -436,3 +437,24 @@ def test_train_options_take_bcp47_tags_and_refuse_the_rest(tmp_path: Path) -> No
         ):
             check_report_values(TrainOptions(length_penalty=alpha))
     check_report_values(TrainOptions(num_beams=8, length_penalty=-0.5))
+
+
+def test_a_full_disk_while_writing_the_card_leaves_the_old_card(tmp_path, monkeypatch) -> None:
+    """The card is written beside README.md and renamed over it once whole: a write that fails half-way (ENOSPC)
+    leaves the old card as it was and no partial file (before: a cut README.md that looked complete). A partial
+    file a kill leaves behind is a writer's temporary file, not a file of the user's that would block the folder."""
+    tiny_model().save_pretrained(tmp_path)
+    old = write_model_card(tmp_path).read_text()
+
+    def full_disk(card: ModelCard, filepath: Path) -> None:
+        Path(filepath).write_text(str(card)[:100])
+        raise OSError(errno.ENOSPC, "No space left on device", str(filepath))
+
+    monkeypatch.setattr(ModelCard, "save", full_disk)
+    with pytest.raises(OSError) as error:
+        write_model_card(tmp_path, languages=["en", "fr"])
+    assert error.value.errno == errno.ENOSPC
+    assert (tmp_path / "README.md").read_text() == old
+    assert not [path.name for path in tmp_path.iterdir() if path.name.startswith(".README")]
+    (tmp_path / ".README.md.partial-12345").write_text("cut")
+    assert files.foreign_entries(tmp_path, files.MODEL_LAYOUT) == []

@@ -324,3 +324,28 @@ def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_file(hub, tmp_pat
     assert set(added) >= CODE_FILES | {"config.json", "model.safetensors"}, sorted(added)
     assert set(added) == folder_files(tmp_path / "saved"), "the upload is the folder as save_pretrained left it"
     check_config(state.files("me/saved")["config.json"])
+
+
+@pytest.mark.parametrize("link", ["tokenizer_config.json", "attention"])
+def test_a_link_out_of_the_folder_is_refused_naming_it(hub, output_dir, tmp_path_factory, capsys, link) -> None:
+    """A symbolic link in the model folder to a file (or folder) outside it: `push` exits 2 with one line naming the
+    link and its target, and uploads nothing (before: the target's content went up as the folder's file without a
+    word, or a linked folder was left out). A link to a file inside the folder is the folder's own and uploads."""
+    _, state = hub
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "tokenizer_config.json").write_text('{"secret": "not this model\'s"}')
+    (outside / "encoder_attention.png").write_bytes(b"\x89PNG")
+    path = output_dir / link
+    path.unlink(missing_ok=True)
+    path.symlink_to(outside / link if link.endswith(".json") else outside)
+    code, _, err = run(["push", str(output_dir), "me/tiny"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    target = outside / link if link.endswith(".json") else outside
+    assert f"{path} is a symbolic link to {target.resolve()}, outside the folder" in err, err
+    assert state.commits == [] and state.repos == {}
+    path.unlink()
+    (output_dir / "tokenizer_config.json").unlink(missing_ok=True)
+    (output_dir / "copy.json").write_text('{"model_max_length": 64}')
+    (output_dir / "tokenizer_config.json").symlink_to(output_dir / "copy.json")
+    assert run(["push", str(output_dir), "me/tiny"], capsys)[0] == 0
+    assert state.files("me/tiny")["tokenizer_config.json"] == b'{"model_max_length": 64}'

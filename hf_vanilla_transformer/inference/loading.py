@@ -11,10 +11,12 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.utils import GENERATION_CONFIG_NAME
 
-from ..errors import OptionError
-from ..files import RESULTS_FILE
+from ..errors import DECODING_RANGES, OptionError
+from ..files import RESULTS_FILE, TARGET_TOKENIZER, TOKENIZER_FILES
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model.generation_vanilla_transformer import LENGTH_PENALTY_TYPES
 from .cpu_inference import prepare_for_cpu_inference
 from .quantization import int8_engine, quantize_int8
 
@@ -31,33 +33,24 @@ def model_folder(
 ) -> Path:
     """`path` as a Path after the checks every command that loads a model folder makes first, so that a wrong folder
     is one clear error (naming it as `name`) rather than a traceback from transformers: config.json is there and is
-    a JSON object; the model is this package's (whose code is installed), with its tokenizer.json when `tokenizer`;
-    or, only with `trust_remote_code`, one whose config's auto_map names code in the folder, which would run.
-    `trust_remote_code` None: the caller takes only this package's folders (average, curve), so no option helps."""
+    a JSON object; the model is this package's (whose code is installed; `check_our_folder`), with its tokenizer
+    files when `tokenizer`; or, only with `trust_remote_code`, one whose config's auto_map names code in the folder,
+    which would run. `trust_remote_code` None: the caller takes only this package's folders (average, curve), so no
+    option helps."""
     folder = Path(path)
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise OptionError(
-            f"{name} {path} is not a saved model folder (no config.json). Pass the `output_dir` of `train` or a "
-            "folder written by save_pretrained."
+            f"{name} {path} is not a saved model folder (no config.json). Pass a model folder written by `train` "
+            "(RUN/model) or by save_pretrained."
         )
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise OptionError(
-            f"{config_file} is not valid JSON ({error}): the folder is damaged. Save or download the model again."
-        ) from None
+    config = read_json(config_file)
     if not isinstance(config, dict):
         raise OptionError(f"{config_file} is not a JSON object: the folder is damaged. Save or download it again.")
     ours = VanillaTransformerConfig.model_type
     model_type = config.get("model_type")
     if model_type == ours:
-        if tokenizer and not (folder / "tokenizer.json").is_file():
-            raise OptionError(
-                f"{name} {path} has no tokenizer (no tokenizer.json). Save the tokenizer into the folder "
-                "(tokenizer.save_pretrained), or copy tokenizer.json and tokenizer_config.json from the run that "
-                "trained the model."
-            )
+        check_our_folder(folder, config, name, tokenizer)
     elif "auto_map" in config and trust_remote_code is not None:
         if not trust_remote_code:
             raise OptionError(
@@ -70,6 +63,108 @@ def model_folder(
             "or by `python -m conversion` (which converts Marian and other formats)."
         )
     return folder
+
+
+def read_json(path: Path) -> Any:
+    """The JSON content of a model folder's file `path`; a file that is not JSON (or not UTF-8) is one OptionError
+    naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise OptionError(
+            f"{path} is not valid JSON ({error}): the folder is damaged. Save or download the model again."
+        ) from None
+
+
+def check_our_folder(folder: Path, config: dict[str, Any], name: str, tokenizer: bool) -> None:
+    """The checks of a folder of this package's model, each one OptionError naming the file: config.json's values
+    (`VanillaTransformerConfig`'s validation) and a model that fits into this machine's memory (`machine_memory`),
+    before anything is allocated; generation_config.json's decoding settings (`check_generation_settings`); and,
+    when `tokenizer`, a tokenizer.json there; every JSON file of the tokenizers a JSON object."""
+    config_file = folder / "config.json"
+    try:
+        model_config = VanillaTransformerConfig.from_dict(config, name_or_path=str(folder))
+    except ValueError as error:  # from_dict's, which wraps the validation's own (a ValueError or TypeError)
+        raise OptionError(
+            f"{config_file} is invalid: {error.__cause__ or error} Fix that entry of the file."
+        ) from None
+    memory = machine_memory()
+    try:
+        if memory is not None:
+            model_config.check_memory(memory, "this machine's memory")
+    except ValueError as error:
+        raise OptionError(f"{config_file}: {error} Or load the model on a machine with more memory.") from None
+    generation_file = folder / GENERATION_CONFIG_NAME
+    if generation_file.is_file():
+        check_generation_settings(read_json(generation_file), generation_file)
+    if tokenizer and not (folder / "tokenizer.json").is_file():
+        raise OptionError(
+            f"{name} {folder} has no tokenizer (no tokenizer.json). Save the tokenizer into the folder "
+            "(tokenizer.save_pretrained), or copy tokenizer.json and tokenizer_config.json from the run that "
+            "trained the model."
+        )
+    for side in (folder, folder / TARGET_TOKENIZER):  # each tokenizer's JSON files hold one object
+        for file in sorted(side.glob("*.json")) if side.is_dir() else ():
+            if file.name in TOKENIZER_FILES and not isinstance(read_json(file), dict):
+                raise OptionError(f"{file} is not a JSON object: the folder is damaged. Save or download it again.")
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (what a model loaded here must fit into), None where the platform
+    does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no os.sysconf (Windows), or no such name
+        return None
+
+
+# generation_config.json's counts that generate() divides by or loops over: the least each may be (None: unset).
+GENERATION_COUNTS = {
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "num_return_sequences": 1,
+    "max_length": 1,
+    "max_new_tokens": 1,
+    "min_length": 0,
+    "min_new_tokens": 0,
+    "max_new_tokens_offset": 0,
+    "top_k": 0,
+    "no_repeat_ngram_size": 0,
+}
+
+
+def check_generation_settings(settings: Any, file: Path) -> None:
+    """Refuse (OptionError naming `file` and the field) decoding settings that generate() cannot run (where it
+    would divide by zero, loop backwards or fail deep in beam search): a count of `GENERATION_COUNTS` that is no
+    integer or below its least, more `num_return_sequences` than beams without sampling, a `length_penalty` that is
+    no finite number, an unknown `length_penalty_type`. The field is shown as the file spells it ("num_beams": 0)."""
+    if not isinstance(settings, dict):
+        raise OptionError(f"{file} is not a JSON object: the folder is damaged. Save or download it again.")
+    for field, least in GENERATION_COUNTS.items():
+        value = settings.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise OptionError(
+                f'{file} has `"{field}": {json.dumps(value)}`, which generate() cannot run: it must be an integer '
+                f"of at least {least}. Fix that entry of the file."
+            )
+    beams, sequences = settings.get("num_beams") or 1, settings.get("num_return_sequences") or 1
+    if sequences > beams and not settings.get("do_sample"):
+        raise OptionError(
+            f'{file} has `"num_return_sequences": {sequences}` with `"num_beams": {beams}`: beam search returns at '
+            "most one sequence per beam. Fix one of those entries of the file."
+        )
+    penalty, penalty_type = settings.get("length_penalty"), settings.get("length_penalty_type")
+    allowed = DECODING_RANGES["length_penalty"]
+    if penalty is not None and not allowed.holds(penalty):
+        raise OptionError(
+            f'{file} has `"length_penalty": {json.dumps(penalty)}`; it must be a number from {allowed.low} to '
+            f"{allowed.high} ({allowed.usual}). Fix that entry of the file."
+        )
+    if penalty_type is not None and penalty_type not in LENGTH_PENALTY_TYPES:
+        raise OptionError(
+            f'{file} has `"length_penalty_type": {json.dumps(penalty_type)}`; it must be one of '
+            f"{', '.join(LENGTH_PENALTY_TYPES)}. Fix that entry of the file."
+        )
 
 
 def trained_languages(model_dir: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> tuple[str, str]:
@@ -140,16 +235,31 @@ def decoding_attention(device: torch.device) -> str:
 
 
 def load_tokenizer(model_dir: str | os.PathLike, trust_remote_code: bool = False) -> Any:
-    """The tokenizer saved in `model_dir`; code that comes with the folder runs only with `trust_remote_code`."""
-    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    """The tokenizer saved in `model_dir`; code that comes with the folder runs only with `trust_remote_code`.
+    Files that the tokenizer libraries cannot make sense of (JSON of the wrong shape; they raise KeyErrors and bare
+    Exceptions) are one OptionError naming the folder; a missing package (ImportError) stays as it is."""
+    try:
+        return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    except ImportError:
+        raise
+    except Exception as error:
+        raise OptionError(
+            f"the tokenizer files of {model_dir} cannot be read ({type(error).__name__}: {error}): the folder is "
+            "damaged. Save or download the model again."
+        ) from None
 
 
 __all__ = [
     "DEVICES",
+    "GENERATION_COUNTS",
+    "check_generation_settings",
+    "check_our_folder",
     "check_precisions",
     "decoding_attention",
     "load_model",
     "load_tokenizer",
+    "machine_memory",
     "model_folder",
+    "read_json",
     "trained_languages",
 ]

@@ -78,6 +78,12 @@ _POSITIVE_INTS = (
     "decoder_ffn_dim",
     "max_position_embeddings",
 )
+# The most memory a model of this config may need, 2**46 bytes (64 TiB): more than any one machine holds (the largest
+# servers have tens of TiB). A config asking more holds a value no machine can load (a `d_model` of 10**9), refused
+# when the config is made, before the allocator refuses terabytes with a traceback.
+MAX_MODEL_BYTES = 2**46
+# Bytes a value of the model takes in the dtypes a config may record; float32 (this package's) where it records none.
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 _BOOLS = (
     "scale_embedding",
     "share_encoder_decoder_embeddings",
@@ -241,6 +247,55 @@ class VanillaTransformerConfig(PretrainedConfig):
             )
         super().validate_architecture()
 
+    def value_counts(self) -> dict[str, int]:
+        """The values (parameters and buffers) a model of this config holds, by part ("embeddings", "encoder",
+        "decoder", "position tables"), tied matrices counted once: what loading it allocates, at least."""
+        d, vocab, target = self.d_model, self.vocab_size, self.decoder_vocab_size
+        embeddings = vocab * d if self.share_encoder_decoder_embeddings else (vocab + target) * d
+        embeddings += (0 if self.tie_word_embeddings else target * d) + (target if self.lm_head_bias else 0)
+        final_norm = 2 * d if self.add_final_layer_norm else 0
+        attention = 4 * (d * d + d)  # the q, k, v and output projections with their biases
+        encoder_ffn, decoder_ffn = self.encoder_ffn_dim, self.decoder_ffn_dim
+        encoder_layer = attention + 2 * d * encoder_ffn + encoder_ffn + d + 2 * 2 * d  # two LayerNorms
+        decoder_layer = 2 * attention + 2 * d * decoder_ffn + decoder_ffn + d + 3 * 2 * d  # three LayerNorms
+        learned = self.position_embedding_type == "learned"
+        rows = self.max_position_embeddings + (self.position_offset if learned else 0)
+        return {
+            "embeddings": embeddings,
+            "encoder": self.encoder_layers * encoder_layer + final_norm,
+            "decoder": self.decoder_layers * decoder_layer + final_norm,
+            "position tables": 2 * rows * d,  # the encoder's and the decoder's
+        }
+
+    def check_memory(self, available: int = MAX_MODEL_BYTES, where: str = "any one machine holds") -> None:
+        """Raise ValueError where a model of this config needs more than `available` bytes (`value_counts`, in the
+        config's dtype), naming the field that makes its largest part so large (the one furthest above its
+        default) and what `available` is (`where`). Run on every config with the cap `MAX_MODEL_BYTES`; the
+        loaders run it again with the machine's memory."""
+        value_bytes = _DTYPE_BYTES.get(str(self.dtype).removeprefix("torch."), 4) if self.dtype else 4
+        parts = self.value_counts()
+        needed = sum(parts.values()) * value_bytes
+        if needed <= available:
+            return
+        part = max(parts, key=parts.__getitem__)
+        sizes = {
+            "embeddings": ("vocab_size", "decoder_vocab_size", "d_model"),
+            "encoder": ("encoder_layers", "d_model", "encoder_ffn_dim"),
+            "decoder": ("decoder_layers", "d_model", "decoder_ffn_dim"),
+            "position tables": ("max_position_embeddings", "d_model"),
+        }[part]
+        defaults = {field.name: field.default for field in dataclasses.fields(VanillaTransformerConfig)}
+        name = max(sizes, key=lambda field: getattr(self, field) / (defaults[field] or defaults["vocab_size"]))
+        raise ValueError(
+            f"`{name}={getattr(self, name)}` makes a model of {_bytes(needed)} ({sum(parts.values()):.3g} values, "
+            f"the {part} alone {_bytes(parts[part] * value_bytes)}), more than {where} ({_bytes(available)}). Set "
+            f"`{name}` to the size the model was built with."
+        )
+
+    def validate_memory(self) -> None:
+        """A model of this config fits into `MAX_MODEL_BYTES` (`check_memory`)."""
+        self.check_memory()
+
     def validate_token_ids(self) -> None:
         """Special token ids are None or inside the vocabulary (transformers' own check only warns)."""
         for name in ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -318,4 +373,11 @@ class VanillaTransformerConfig(PretrainedConfig):
         return cls.from_paper(**paper, **hf_overrides)
 
 
-__all__ = ["PRESETS", "VanillaTransformerConfig"]
+def _bytes(count: int) -> str:
+    """`count` bytes for a person: 3 significant digits and a binary unit (1.5 GiB, 3.64 TiB, 8.67e+09 EiB)."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    power = min(max(count.bit_length() - 1, 0) // 10, len(units) - 1)
+    return f"{count / 1024**power:.3g} {units[power]}"
+
+
+__all__ = ["MAX_MODEL_BYTES", "PRESETS", "VanillaTransformerConfig"]

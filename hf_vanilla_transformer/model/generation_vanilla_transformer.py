@@ -411,6 +411,10 @@ class PaperGenerationMixin(GenerationMixin):
                 f"`length_penalty_type` must be one of {LENGTH_PENALTY_TYPES}, got {penalty_type!r}. Use 'gnmt' for "
                 "the paper's ((5 + |Y|) / 6)^α or 'hf' for transformers' |Y|^α."
             )
+        num_beams = _setting("num_beams", kwargs, *configs, pop=False)
+        if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
+            # transformers' beam search would divide by it (ZeroDivisionError) or loop backwards
+            raise ValueError(f"`num_beams` must be an integer of at least 1 (1 is greedy), got {num_beams!r}.")
         offset = self._length_offset(inputs, configs, kwargs)
         if offset is not None:
             generation_config, logits_processor = self._limit_by_source_length(

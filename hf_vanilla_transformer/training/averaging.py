@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
 from ..errors import OptionError
 from ..files import MODEL_LAYOUT, check_output_folder, replaced_folder, writable_folder
-from ..inference.loading import model_folder
+from ..inference.loading import load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from .options import parse_duration
 
@@ -337,7 +337,7 @@ def write_averaged_model(paths: Sequence[str | Path], output_dir: str | Path, cl
             model.generation_config = GenerationConfig.from_pretrained(last)
         model.save_pretrained(folder)
         if (last / "tokenizer.json").is_file() or (last / "tokenizer_config.json").is_file():
-            AutoTokenizer.from_pretrained(last, trust_remote_code=False).save_pretrained(folder)
+            load_tokenizer(last).save_pretrained(folder)
     return output_dir
 
 

@@ -946,11 +946,11 @@ def _write_model_card(model_dir: Path, summary: dict[str, Any], repo_id: str | N
     """README.md from the summary's card inputs; `repo_id` (`push_to_hub`): the examples load that repository, so
     that the folder's card is the one uploaded."""
     try:  # here, not at the top: the card is a by-product, and a missing extra must not cost the trained model
-        from model_card import card_from_results
+        from model_card import card_from_results, save_card
     except ImportError as error:
         logger.info(f"Model card not written ({error}); install the package with its model_card module.")
         return
-    card_from_results(model_dir, summary, repo_id=repo_id).save(model_dir / "README.md")
+    save_card(card_from_results(model_dir, summary, repo_id=repo_id), model_dir / "README.md")
 
 
 __all__ = [

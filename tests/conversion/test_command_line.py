@@ -77,3 +77,39 @@ def test_the_command_prints_the_result(tmp_path: Path, capsys: pytest.CaptureFix
         f"Wrote {output}",
     ]
     assert printed[0].removeprefix("Verification: ") in (output / "README.md").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["to-marian", "to-onnx"])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("missing", "`SOURCE` {source} "),
+        ("config.json", "{source}/config.json is invalid: `d_model=1000000000` makes a model of"),
+        ("generation_config.json", '{source}/generation_config.json has `"num_beams": 0`, which generate() cannot'),
+        ("generation_config.json:text", "{source}/generation_config.json is not valid JSON ("),
+    ],
+)
+def test_exports_name_a_damaged_source_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, fmt: str, damage: str, message: str
+) -> None:
+    """The exports of this package's folders check their source as the commands that load one do: before, a missing
+    folder was a traceback (to-marian), d_model 10**9 a ValueError that named no file, and a generation_config.json
+    with num_beams 0, or one that is no JSON, was exported (to-marian) without a word."""
+    import json
+
+    from ..conftest import tiny_model
+
+    source = tmp_path / "source"
+    if damage != "missing":
+        tiny_model().save_pretrained(source)
+        name = damage.split(":")[0]
+        edit = {"config.json": {"d_model": 10**9}, "generation_config.json": {"num_beams": 0}}[name]
+        text = json.dumps(json.loads((source / name).read_text()) | edit)
+        (source / name).write_text('{"num_beams' if damage.endswith(":text") else text)
+    with pytest.raises(SystemExit) as exit_info:
+        main([fmt, str(source), str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in error, error
+    assert error.splitlines()[-1].startswith(f"python -m conversion {fmt}: error: "), error
+    assert message.format(source=source) in error.splitlines()[-1], error
+    assert not (tmp_path / "out").exists()

@@ -3,8 +3,11 @@ our `generate`. One tiny random model exported once per module (a few seconds)."
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime  # noqa: F401  the onnx extra, in dev (CI installs it): missing, every test here fails, none skips
@@ -186,3 +189,64 @@ def test_too_few_positions_are_refused_naming_the_option(tmp_path: Path, capsys:
         main(["to-onnx", str(tmp_path / "model"), str(tmp_path / "out"), "--max-positions", "1"])
     error = capsys.readouterr().err
     assert "error: `--max-positions 1` must be at least 2 (the start token and one more)" in error
+
+
+def _export_error(source: Path, output: Path, capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """`python -m conversion to-onnx SOURCE OUTPUT` of a fresh tiny model saved at `source`: exit code and the last
+    line of stderr (loading's progress bar comes before it), after checking that stderr holds no traceback."""
+    tiny_model(0).save_pretrained(source)
+    tiny_tokenizer().save_pretrained(source)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["to-onnx", str(source), str(output)])
+    error = capsys.readouterr().err
+    assert "Traceback" not in error, error
+    return exit_info.value.code, error.splitlines()[-1]
+
+
+def _disk_full_line(output: Path) -> str:
+    return (
+        f"python -m conversion to-onnx: error: no space left on device while writing {output}: free space or choose "
+        "another OUTPUT folder."
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full, where every write fails with ENOSPC")
+def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graphs' weights are written by onnx_ir's external data, numpy's `tofile` for the sinusoid tables, which
+    reports a full disk as "N requested and M written", an OSError without an errno (before: that OSError's
+    traceback, exit 1). Here the weights of 64 KiB and more (the 1024-row tables, 128 KiB: larger than the C
+    library's buffer, so that numpy's write itself fails) go to /dev/full, which fails every write as a full disk
+    does; nothing is left beside the source."""
+    from onnx_ir import external_data
+
+    write_tensor = external_data._write_tensor_at
+
+    def full_disk(tensor: Any, file: Any, offset: int) -> None:
+        if tensor.nbytes < 2**16:
+            write_tensor(tensor, file, offset)
+            return
+        with open("/dev/full", "wb", buffering=0) as full:  # unbuffered: numpy's own write is the one that fails
+            write_tensor(tensor, full, 0)
+
+    monkeypatch.setattr(external_data, "_write_tensor_at", full_disk)
+    code, error = _export_error(tmp_path / "model", tmp_path / "out", capsys)
+    assert (code, error) == (2, _disk_full_line(tmp_path / "out"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]  # no output, no half-written sibling
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root; the /dev/full test covers the same path")
+def test_a_real_full_disk_while_exporting_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The same on a real 96 KiB tmpfs (the tiny model's graphs are larger), where the system allows it."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(small)], check=False).returncode:
+        pytest.skip("this system refuses to mount a tmpfs; the /dev/full test covers the same path")
+    try:
+        code, error = _export_error(tmp_path / "model", small / "out", capsys)
+        assert (code, error) == (2, _disk_full_line(small / "out"))
+        assert list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
