@@ -881,7 +881,8 @@ def test_a_model_larger_than_the_machines_memory_is_refused_before_loading(bpe_m
         ({"max_new_tokens": -3}, '`"max_new_tokens": -3`, which generate() cannot run'),
         ({"max_new_tokens_offset": -1}, '`"max_new_tokens_offset": -1`, which generate() cannot run'),
         ({"num_return_sequences": 6}, '`"num_return_sequences": 6` with `"num_beams": 4`: beam search returns'),
-        ({"length_penalty": "long"}, '`"length_penalty": "long"`; it must be a finite number'),
+        ({"length_penalty": "long"}, '`"length_penalty": "long"`; it must be a number from -5 to 5'),
+        ({"length_penalty": 1e308}, '`"length_penalty": 1e+308`; it must be a number from -5 to 5'),
         ({"length_penalty_type": "wu"}, '`"length_penalty_type": "wu"`; it must be one of hf, gnmt'),
     ],
 )
