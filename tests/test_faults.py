@@ -233,7 +233,7 @@ def bpe_args(corpus: Path, output: Path, max_steps: int, *extra: str) -> list[st
     """`train_args` with a joint BPE of 300 trained on the data instead of the corpus's word-level tokenizer."""
     args = train_args(corpus, output, max_steps)
     del args[args.index("--tokenizer") : args.index("--tokenizer") + 2]
-    return [*args, "--vocab-size", "300", *extra]
+    return [*args, "--vocab-size", "300", "--bf16", "no", *extra]  # fp32 on every CPU: the bf16 case changes it
 
 
 def tree(folder: Path) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, V
 from hf_vanilla_transformer.inference import cpu_inference
 from hf_vanilla_transformer.inference.cpu_inference import PackedLinear, prepare_for_cpu_inference
 from hf_vanilla_transformer.model.label_smoothed_loss import linear_label_smoothed_cross_entropy
-from hf_vanilla_transformer.model.modeling_vanilla_transformer import sinusoid_table
+from hf_vanilla_transformer.model.modeling_vanilla_transformer import cache_argument, sinusoid_table
 
 from .conftest import CODE_FILES, VOCAB, random_batch, tiny_model, tiny_tokenizer
 
@@ -61,9 +61,17 @@ def assert_step_by_step_equals_full_forward(
 def test_incremental_decoding_matches_full_forward(cache_name: str) -> None:
     model = tiny_model()
     batch = random_batch()
-    past = assert_step_by_step_equals_full_forward(model, batch, cache_name)
-    with pytest.raises(ValueError, match="`cache` or as `past_key_values`, not both"):
-        model(**batch, past_key_values=past, cache=past)
+    assert_step_by_step_equals_full_forward(model, batch, cache_name)
+
+
+def test_a_cache_under_both_names_is_the_filled_one() -> None:
+    """A cache under both names (PEFT's prefix tuning passes its prompt as `past_key_values` beside generate()'s own
+    `cache`): a filled `cache` is the cache; an empty one gives way to the other; one name alone is that cache."""
+    filled = assert_step_by_step_equals_full_forward(tiny_model(), random_batch(), "cache")
+    empty = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    assert cache_argument(filled, {"cache": empty}) is filled
+    assert cache_argument(empty, {"cache": filled}) is filled
+    assert cache_argument(None, {"cache": filled}) is filled and cache_argument(filled, {}) is filled
 
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
