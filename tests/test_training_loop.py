@@ -43,7 +43,7 @@ def count_read_backs(monkeypatch) -> collections.Counter:
 def read_backs_over(tmp_path, updates: int, attn_implementation: str, grad_accum: int) -> collections.Counter:
     """Read-backs while the Trainer runs `updates` updates, logging at the first and the last only."""
     tokenizer, dataset, model = tiny_setup(n=400)
-    model.config._attn_implementation = attn_implementation
+    model.set_attn_implementation(attn_implementation)
     trainer = make_trainer(
         tmp_path / str(updates),
         model,

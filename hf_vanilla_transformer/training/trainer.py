@@ -11,7 +11,10 @@
 - §5.4 regularization: dropout from the model config; label smoothing ε_ls = 0.1 (`label_smoothing_factor`).
 - Wall clock: `max_time` stops training at a budget (saving a checkpoint), `save_every` checkpoints at time
   intervals (the paper: every 10 minutes, §6.1), and the budget survives a resume.
-- Logs: Trainer's tqdm bar and logs, plus target tokens per second.
+- Logs: Trainer's tqdm bar and logs, plus target tokens per second; a non-finite loss is named at the next log.
+- The loop (docs/training.md, "The training loop"): no read-back from the device in an ordinary update (the ids
+  checked on the host by `TrainingCollator`, the NaN/inf filter of the loss on the device); on a CUDA device the
+  batches prepared in worker processes, pinned and copied without blocking.
 - Validation during training (`eval_every`, with an `eval_dataset` and `predict_with_generate`): the dev set is
   scored (loss, sacreBLEU and chrF of the generated translations) at each checkpoint save, every N updates or every
   so many seconds; every evaluation saves a checkpoint, so each score belongs to one (for `keep_best` and
@@ -223,7 +226,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` whose defaults are the paper's recipe (§5.3, §5.4), plus token-budget batches,
     the learning-rate schedule and wall-clock controls. `per_device_train_batch_size` is unused: `max_tokens` sizes
-    the training batches."""
+    the training batches. The data loader's workers and copies follow the device unless given
+    (`_resolve_loader_defaults`); `logging_nan_inf_filter` means what it means to transformers, and
+    `VanillaSeq2SeqTrainer` applies it on the device."""
 
     max_tokens: int = field(
         default=4096,
@@ -596,9 +601,10 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's training (module docstring): token-budget batches, the eq. (3) or
     inverse-sqrt schedule, wall-clock budget and time-based checkpoints, target tokens per second in the logs.
 
-    Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses
-    `DataCollatorForSeq2Seq(processing_class, model=model)` (decoder inputs made from the labels, labels padded with
-    -100), which label smoothing needs. The model's `generation_config` at construction is restored before every
+    Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses `TrainingCollator` for this package's
+    model (the batches of `DataCollatorForSeq2Seq(processing_class, model=model)`: decoder inputs made from the
+    labels, labels padded with -100, which label smoothing needs; the ids checked on the host) and
+    `DataCollatorForSeq2Seq` for other models. The model's `generation_config` at construction is restored before every
     save and every evaluation batch, because `predict_with_generate` evaluation rewrites it.
     """
 
