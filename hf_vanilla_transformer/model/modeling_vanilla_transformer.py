@@ -203,6 +203,12 @@ def embed(
     return inputs_embeds * stack.embed_scale
 
 
+def training_step(module: nn.Module) -> bool:
+    """Whether this forward is a training step: training mode, building gradients (not `generate`, which runs
+    without them)."""
+    return module.training and torch.is_grad_enabled()
+
+
 def sinusoid_table(num_positions: int, dim: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
     """§3.5 PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
@@ -501,7 +507,8 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            allow_is_bidirectional_skip=not self.training,  # see cross_attention_mask
+            # A training step keeps a given mask unread (see cross_attention_mask).
+            allow_is_bidirectional_skip=not training_step(self) or attention_mask is None,
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
@@ -575,7 +582,12 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         else:
             causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = cross_attention_mask(
-            self.config, encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values, self.training
+            self.config,
+            encoder_attention_mask,
+            inputs_embeds,
+            encoder_hidden_states,
+            past_key_values,
+            training_step(self),
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)

@@ -756,6 +756,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         self._nonfinite = torch.stack([count + (~finite).long(), first])
         if not self._nonfinite_filter:
             return loss
+        # transformers' own expression, on its running sum of the interval's losses (kept on the device).
         previous = self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)
         return torch.where(finite, loss, previous)
 
