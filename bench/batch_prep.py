@@ -1,14 +1,15 @@
 """The host's share of a training update: reading one token-budget batch from the Arrow table and padding it, as
-`VanillaSeq2SeqTrainer`'s data loader does in the main process (`--dataloader_num_workers 0`, the default). On a GPU
-the model's step overlaps this work only while the host runs ahead of the GPU; a per-update read-back stops that,
+`VanillaSeq2SeqTrainer`'s data loader does (in the main process on a CPU, in worker processes on a CUDA device). On a
+GPU the model's step overlaps this work only while the host runs ahead of the GPU; a per-update read-back stops that,
 and then each update costs this much more (docs/results.md, "Compiled training on the H100").
 
     .venv/bin/python -m bench.batch_prep [--max-tokens 25000 4096] [--vocab-size 37000] [--batches 40]
 
 The bundled Multi30k train set (EN→DE) with a joint BPE trained here, `prepare_pairs` and `TokenBudgetBatchSampler`
 as `train` uses them, one thread. Prints, per token budget, the milliseconds per batch (median over `--batches`
-batches in the sampler's order) of the fetch (`Dataset.__getitems__`), of `DataCollatorForSeq2Seq` (the Trainer's
-default collator: padding, decoder inputs from the labels) and of both. tests/test_bench.py runs it on the val split.
+batches in the sampler's order) of the fetch (`Dataset.__getitems__`), of `TrainingCollator` (the Trainer's
+default collator: padding, the ids checked, decoder inputs from the labels) and of both. tests/test_bench.py runs
+it on the val split.
 """
 
 from __future__ import annotations
@@ -20,18 +21,16 @@ import statistics
 import time
 
 import torch
-from transformers import DataCollatorForSeq2Seq
 
 from bench.bench import host
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.training.collator import TrainingCollator
 from hf_vanilla_transformer.training.data import TokenizedPairs, load_multi30k, prepare_pairs
 from hf_vanilla_transformer.training.tokenization import special_token_ids, train_bpe_tokenizer
 from hf_vanilla_transformer.training.trainer import TokenBudgetBatchSampler
 
 
-def measure(
-    max_tokens: int, prepared: TokenizedPairs, collator: DataCollatorForSeq2Seq, batches: int
-) -> dict[str, float]:
+def measure(max_tokens: int, prepared: TokenizedPairs, collator: TrainingCollator, batches: int) -> dict[str, float]:
     dataset = prepared.dataset.select_columns(["input_ids", "attention_mask", "labels"])  # what the Trainer keeps
     sampler = TokenBudgetBatchSampler(prepared.source_lengths, prepared.target_lengths, max_tokens=max_tokens, seed=1)
     fetch, collate, pairs, target_tokens = [], [], [], []
@@ -54,22 +53,19 @@ def measure(
     }
 
 
-def prepare(vocab_size: int, split: str = "train") -> tuple[TokenizedPairs, DataCollatorForSeq2Seq]:
+def prepare(vocab_size: int, split: str = "train") -> tuple[TokenizedPairs, TrainingCollator]:
     """The bundled Multi30k `split` (EN→DE) tokenized with a joint BPE of `vocab_size` trained on it, and the
     Trainer's default collator for it."""
     pairs = load_multi30k("en", "de", (split,))[split]
     tokenizer = train_bpe_tokenizer(itertools.chain(pairs["source"], pairs["target"]), vocab_size)
     prepared = prepare_pairs(pairs, tokenizer)
     ids = special_token_ids(tokenizer)
-    # The collator only asks the model for its decoder inputs (labels shifted right); a one-layer model serves.
+    # The collator reads the vocabulary sizes and special ids from the config; a one-layer model's serves.
     config = VanillaTransformerConfig(
         vocab_size=len(tokenizer), d_model=8, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=8,
         decoder_ffn_dim=8, encoder_attention_heads=1, decoder_attention_heads=1, **ids,
     )  # fmt: skip
-    collator = DataCollatorForSeq2Seq(
-        tokenizer, model=VanillaTransformerForConditionalGeneration(config), label_pad_token_id=-100
-    )
-    return prepared, collator
+    return prepared, TrainingCollator(config)
 
 
 def main() -> None:

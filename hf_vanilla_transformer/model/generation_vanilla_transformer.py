@@ -141,18 +141,23 @@ def cross_attention_mask(
     inputs_embeds: torch.Tensor,
     encoder_hidden_states: torch.Tensor,
     past_key_values: Cache | None,
+    training: bool = False,
 ) -> torch.Tensor | None:
     """The decoder's encoder-decoder attention mask (no attention to source padding), built once per generation.
 
     Speed only: every decoding step brings the same source mask, so the mask of the first step is kept with the cache
     and reused while the source mask, the number of new positions, the dtype and the attention backend stay the
-    same; building it again costs more than a small model's whole step on a CPU."""
+    same; building it again costs more than a small model's whole step on a CPU.
+    In a `training` step (training mode, with gradients) a given mask is kept without looking at it: transformers
+    would read it back from the device to drop it where nothing is padded (a host-device synchronisation every
+    step), and training batches of several lengths are padded almost always. Without a mask none is built."""
     if past_key_values is None or torch.compiler.is_compiling():
         return create_bidirectional_mask(
             config=config,
             inputs_embeds=inputs_embeds,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=not training or encoder_attention_mask is None,
         )
     source_mask = encoder_attention_mask
     key = (

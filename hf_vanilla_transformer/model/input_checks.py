@@ -9,9 +9,15 @@ import torch
 
 
 def check_token_ids(
-    input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, vocab_size: int, name: str
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    vocab_size: int,
+    name: str,
+    check_range: bool = True,
 ) -> None:
-    """Exactly one of the ids (B, T) or their embeddings is given; the ids are integers inside [0, vocab_size)."""
+    """Exactly one of the ids (B, T) or their embeddings is given; the ids are integers inside [0, vocab_size),
+    which `check_range=False` leaves unchecked: the range is read back from the device (a synchronisation on a GPU),
+    so a caller that checked the ids on the host already skips it."""
     if (input_ids is None) == (inputs_embeds is None):
         got = "both" if input_ids is not None else "neither"
         raise ValueError(f"Pass exactly one of `{name}` or its `*inputs_embeds` (got {got}).")
@@ -22,7 +28,7 @@ def check_token_ids(
     if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {input_ids.dtype}.")
     # One pass and one read-back; skipped while torch.compile traces (a data-dependent graph break).
-    checked = input_ids.numel() and not torch.compiler.is_compiling()
+    checked = check_range and input_ids.numel() and not torch.compiler.is_compiling()
     low, high = (int(v) for v in torch.aminmax(input_ids)) if checked else (0, 0)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high

@@ -196,13 +196,21 @@ def embed(
     input_ids: torch.Tensor | None,
     inputs_embeds: torch.Tensor | None,
     name: str,
+    check_ids: bool,
 ) -> torch.Tensor:
-    """§3.4 Embeddings: look up (or take) the embeddings and multiply them by √d_model. Returns (B, T, D)."""
-    check_token_ids(input_ids, inputs_embeds, stack.embed_tokens.num_embeddings, name)
+    """§3.4 Embeddings: look up (or take) the embeddings and multiply them by √d_model. Returns (B, T, D).
+    `check_ids`: check that the ids lie inside the vocabulary (input_checks.check_token_ids)."""
+    check_token_ids(input_ids, inputs_embeds, stack.embed_tokens.num_embeddings, name, check_ids)
     if input_ids is not None:
         inputs_embeds = stack.embed_tokens(input_ids)
     check_embeddings(inputs_embeds, name)
     return inputs_embeds * stack.embed_scale
+
+
+def training_step(module: nn.Module) -> bool:
+    """Whether this forward is a training step: training mode, building gradients (not `generate`, which runs
+    without them)."""
+    return module.training and torch.is_grad_enabled()
 
 
 def sinusoid_table(num_positions: int, dim: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
@@ -243,11 +251,9 @@ class VanillaTransformerSinusoidalPositionalEmbedding(nn.Module):
     def create_table(self, num_positions: int) -> torch.Tensor:
         return sinusoid_table(num_positions, self.dim, self.layout, self.offset)
 
-    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+    def forward(self, position_ids: torch.Tensor, num_positions: int) -> torch.Tensor:
         """position_ids (T,) from 0 -> (T, D). `num_positions` (above every id, known to the stacks) spares reading
         the ids back from the device, a synchronisation and a torch.compile graph break."""
-        if num_positions is None:
-            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
         table = self.table
         if num_positions > table.shape[0]:
             table = self.create_table(num_positions).to(device=table.device, dtype=table.dtype)
@@ -263,10 +269,8 @@ class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
         self.offset = config.position_offset
         self.max_positions = config.max_position_embeddings
 
-    def forward(self, position_ids: torch.Tensor, num_positions: int | None = None) -> torch.Tensor:
+    def forward(self, position_ids: torch.Tensor, num_positions: int) -> torch.Tensor:
         """position_ids (T,) from 0 -> (T, D); `num_positions` as for the sinusoids."""
-        if num_positions is None:
-            num_positions = int(position_ids.max()) + 1 if position_ids.numel() else 0
         if num_positions > self.max_positions:
             raise ValueError(
                 f"Input of {num_positions} positions exceeds `max_position_embeddings` "
@@ -507,11 +511,13 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        check_ids: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """input_ids (B, S); attention_mask (B, S), 1 = token, 0 = padding; or inputs_embeds (B, S, D), unscaled
-        embeddings (scaled by √d_model here, as looked-up ones). Returns last_hidden_state (B, S, D)."""
-        inputs_embeds = embed(self, input_ids, inputs_embeds, "input_ids")
+        embeddings (scaled by √d_model here, as looked-up ones). Returns last_hidden_state (B, S, D).
+        `check_ids=False` skips the check that the ids lie inside the vocabulary, for ids checked on the host."""
+        inputs_embeds = embed(self, input_ids, inputs_embeds, "input_ids", check_ids)
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         # §5.4: dropout on the sums of the embeddings and the positional encodings.
         positions = self.embed_positions(position_ids, inputs_embeds.shape[1])
@@ -519,7 +525,11 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         hidden_states = dropout(hidden_states, self.dropout, self.training)
         check_mask(attention_mask, inputs_embeds, "attention_mask")
         attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            # A training step keeps a given mask unread (see cross_attention_mask).
+            allow_is_bidirectional_skip=not training_step(self) or attention_mask is None,
         )
         for encoder_layer in self.layers:
             hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
@@ -560,12 +570,14 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        check_ids: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """input_ids (B, T) (only the new tokens when a cache is given); attention_mask (B, L);
-        encoder_hidden_states (B, S, D); encoder_attention_mask (B, S). Returns last_hidden_state (B, T, D)."""
+        encoder_hidden_states (B, S, D); encoder_attention_mask (B, S); `check_ids` as for the encoder. Returns
+        last_hidden_state (B, T, D)."""
         past_key_values = cache_argument(past_key_values, kwargs)
-        inputs_embeds = embed(self, input_ids, inputs_embeds, "decoder_input_ids")
+        inputs_embeds = embed(self, input_ids, inputs_embeds, "decoder_input_ids", check_ids)
         check_encoder_states(encoder_hidden_states, inputs_embeds)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
@@ -591,7 +603,12 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         else:
             causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = cross_attention_mask(
-            self.config, encoder_attention_mask, inputs_embeds, encoder_hidden_states, past_key_values
+            self.config,
+            encoder_attention_mask,
+            inputs_embeds,
+            encoder_hidden_states,
+            past_key_values,
+            training_step(self),
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
@@ -664,14 +681,20 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        check_ids: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         """Encode input_ids (B, S) (or reuse encoder_outputs), decode decoder_input_ids (B, T).
-        Returns last_hidden_state (B, T, D) and the caches/attentions asked for."""
+        Returns last_hidden_state (B, T, D) and the caches/attentions asked for. `check_ids=False`: the ids were
+        checked on the host (VanillaSeq2SeqTrainer's collator), so the stacks do not read their range back."""
         past_key_values = cache_argument(past_key_values, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                check_ids=check_ids,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -687,6 +710,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            check_ids=check_ids,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -752,6 +776,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         label_smoothing: float = 0.0,
         skip_logits: bool = False,
+        check_ids: bool = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """As `VanillaTransformerModel.forward`, plus logits (B, T, V). labels (B, T): target ids, -100 ignored;
@@ -760,7 +785,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         label smoothing ε_ls = `label_smoothing` (§5.4; `VanillaSeq2SeqTrainer` passes the Trainer's
         `label_smoothing_factor`). `skip_logits=True` (the name transformers' Trainer uses for fused losses) computes
         the projection and the loss together in row chunks (`linear_label_smoothed_cross_entropy`), never holding
-        the (B, T, V) logits, and returns `logits=None`: the training path."""
+        the (B, T, V) logits, and returns `logits=None`: the training path. `check_ids=False` skips the check that
+        the ids lie inside the vocabulary, which reads their range back from the device (a synchronisation on a GPU):
+        for ids checked on the host, as `VanillaSeq2SeqTrainer`'s collator does."""
         past_key_values = cache_argument(past_key_values, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         check_loss_options(label_smoothing, skip_logits, labels)
@@ -778,6 +805,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            check_ids=check_ids,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

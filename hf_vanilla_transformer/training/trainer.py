@@ -11,7 +11,10 @@
 - §5.4 regularization: dropout from the model config; label smoothing ε_ls = 0.1 (`label_smoothing_factor`).
 - Wall clock: `max_time` stops training at a budget (saving a checkpoint), `save_every` checkpoints at time
   intervals (the paper: every 10 minutes, §6.1), and the budget survives a resume.
-- Logs: Trainer's tqdm bar and logs, plus target tokens per second.
+- Logs: Trainer's tqdm bar and logs, plus target tokens per second; a non-finite loss is named at the next log.
+- The loop (docs/training.md, "The training loop"): no read-back from the device in an ordinary update (the ids
+  checked on the host by `TrainingCollator`, the NaN/inf filter of the loss on the device); on a CUDA device the
+  batches prepared in worker processes, pinned and copied without blocking.
 - Validation during training (`eval_every`, with an `eval_dataset` and `predict_with_generate`): the dev set is
   scored (loss, sacreBLEU and chrF of the generated translations) at each checkpoint save, every N updates or every
   so many seconds; every evaluation saves a checkpoint, so each score belongs to one (for `keep_best` and
@@ -24,13 +27,14 @@ The defaults of `VanillaSeq2SeqTrainingArguments` are the paper's recipe.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,7 @@ from transformers.trainer_callback import ExportableState, ProgressCallback
 from ..inference.cpu_inference import prepare_for_cpu_inference
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import checkpoint_infos
+from .collator import TrainingCollator
 from .data import pair_lengths
 from .options import EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
@@ -63,6 +68,8 @@ from .static_shapes import LengthBuckets, StaticShapeCollator
 logger = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("paper", "inverse_sqrt")
+# Data-loader worker processes on a CUDA device (VanillaSeq2SeqTrainingArguments._resolve_loader_defaults).
+LOADER_WORKERS_ON_CUDA = 2
 SNAPSHOT_FILE = "snapshot.json"
 
 
@@ -225,7 +232,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` whose defaults are the paper's recipe (§5.3, §5.4), plus token-budget batches,
     the learning-rate schedule and wall-clock controls. `per_device_train_batch_size` is unused: `max_tokens` sizes
-    the training batches."""
+    the training batches. The data loader's workers and copies follow the device unless given
+    (`_resolve_loader_defaults`); `logging_nan_inf_filter` means what it means to transformers, and
+    `VanillaSeq2SeqTrainer` applies it on the device."""
 
     max_tokens: int = field(
         default=4096,
@@ -277,6 +286,16 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             "graphs (torch_compile_mode='reduce-overhead'); 0: batches as long as their longest pair."
         },
     )
+    dataloader_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes that read and pad the batches. None: 2 on a CUDA device, 0 (the main process) "
+            "elsewhere (VanillaSeq2SeqTrainingArguments)."
+        },
+    )
+    dataloader_persistent_workers: bool | None = field(
+        default=None, metadata={"help": "Keep the worker processes from epoch to epoch. None: where there are any."}
+    )
     learning_rate: float = 1.0
     warmup_steps: float = 4000
     adam_beta1: float = 0.9
@@ -287,6 +306,7 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
     label_smoothing_factor: float = 0.1
 
     def __post_init__(self) -> None:
+        self._resolve_loader_defaults()
         super().__post_init__()
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"`lr_schedule` must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}.")
@@ -321,6 +341,19 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
                     f"`lr_cooldown={self.lr_cooldown}` decays to 0 at the end of the budget, and there is none: set "
                     "`max_time` or `max_steps`, or drop `lr_cooldown`."
                 )
+
+    def _resolve_loader_defaults(self) -> None:
+        """The data loader's defaults by one fixed rule, before transformers checks them: on a CUDA device, batches
+        read and padded in `LOADER_WORKERS_ON_CUDA` persistent worker processes and copied without blocking (from
+        pinned memory), so the host prepares and sends the next batches while the GPU computes; elsewhere in the main
+        process (on a CPU the workers would take cores from the model's own threads). Values given are kept."""
+        on_cuda = torch.cuda.is_available() and not self.use_cpu
+        if self.dataloader_num_workers is None:
+            self.dataloader_num_workers = LOADER_WORKERS_ON_CUDA if on_cuda else 0
+        if self.dataloader_persistent_workers is None:
+            self.dataloader_persistent_workers = self.dataloader_num_workers > 0
+        if self.accelerator_config is None and on_cuda:
+            self.accelerator_config = {"non_blocking": True}
 
 
 class WallClockCallback(TrainerCallback, ExportableState):
@@ -581,17 +614,19 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's training (module docstring): token-budget batches, the eq. (3) or
     inverse-sqrt schedule, wall-clock budget and time-based checkpoints, target tokens per second in the logs.
 
-    Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses
-    `DataCollatorForSeq2Seq(processing_class, model=model)` (decoder inputs made from the labels, labels padded with
-    -100), which label smoothing needs. The model's `generation_config` at construction is restored before every
+    Needs `VanillaSeq2SeqTrainingArguments`. Without a `data_collator`, uses `TrainingCollator` for this package's
+    model (the batches of `DataCollatorForSeq2Seq(processing_class, model=model)`: decoder inputs made from the
+    labels, labels padded with -100, which label smoothing needs; the ids checked on the host) and
+    `DataCollatorForSeq2Seq` for other models. The model's `generation_config` at construction is restored before every
     save and every evaluation batch, because `predict_with_generate` evaluation rewrites it.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("data_collator") is None and kwargs.get("processing_class") is not None:
-            kwargs["data_collator"] = DataCollatorForSeq2Seq(
-                kwargs["processing_class"], model=kwargs.get("model"), label_pad_token_id=-100
-            )
+        model, tokenizer = kwargs.get("model"), kwargs.get("processing_class")
+        if kwargs.get("data_collator") is None and isinstance(model, VanillaTransformerForConditionalGeneration):
+            kwargs["data_collator"] = TrainingCollator(model.config, getattr(tokenizer, "padding_side", "right"))
+        elif kwargs.get("data_collator") is None and tokenizer is not None:
+            kwargs["data_collator"] = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, VanillaSeq2SeqTrainingArguments):
             raise ValueError(
@@ -615,6 +650,10 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         self._target_tokens: torch.Tensor | None = None  # this run, this process; on the device: no sync per step
         self._logged_tokens = 0  # all processes' total at the previous log
         self._logged_time: float | None = None
+        # Non-finite losses since the previous log, on the device (`note_nonfinite`): how many batches, the first
+        # update. `logging_nan_inf_filter` is read when training starts (`train`).
+        self._nonfinite: torch.Tensor | None = None
+        self._nonfinite_filter = self.args.logging_nan_inf_filter
 
     def get_train_dataloader(self) -> DataLoader:
         """Token-budget batches (`TokenBudgetBatchSampler`), sharded by this process's rank."""
@@ -699,12 +738,64 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """`Seq2SeqTrainer.train`, with transformers' test of every loss for NaN or inf on the host (a host-device
+        synchronisation per batch) replaced by the same filter on the device (`note_nonfinite`)."""
+        self._nonfinite_filter = self.args.logging_nan_inf_filter
+        with self.transformers_nan_inf_filter(False):
+            return super().train(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def transformers_nan_inf_filter(self, on: bool) -> Iterator[None]:
+        """`args.logging_nan_inf_filter` as transformers' code reads it within the block, the user's value after."""
+        before = self.args.logging_nan_inf_filter
+        self.args.logging_nan_inf_filter = on
+        try:
+            yield
+        finally:
+            self.args.logging_nan_inf_filter = before
+
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None):
         if self._logged_time is None:
             self._logged_time = time.perf_counter()
         tokens = inputs["labels"].ne(-100).sum()
         self._target_tokens = tokens if self._target_tokens is None else self._target_tokens + tokens
-        return super().training_step(model, inputs, num_items_in_batch)
+        return self.note_nonfinite(super().training_step(model, inputs, num_items_in_batch))
+
+    def note_nonfinite(self, loss: torch.Tensor) -> torch.Tensor:
+        """Counts a non-finite batch loss and keeps the first update that had one, on the device, for the next log
+        (`report_nonfinite`). Under `logging_nan_inf_filter` (transformers' default) it returns what transformers'
+        filter adds to the logged loss in its place: the mean of this logging interval's updates so far."""
+        finite = torch.isfinite(loss)
+        update = self.state.global_step + 1
+        if self._nonfinite is None:
+            self._nonfinite = torch.zeros(2, dtype=torch.long, device=loss.device)  # [batches, first update]
+        count, first = self._nonfinite.unbind()
+        first = torch.where(finite | (count > 0), first, update)
+        self._nonfinite = torch.stack([count + (~finite).long(), first])
+        if not self._nonfinite_filter:
+            return loss
+        # transformers' own expression, on its running sum of the interval's losses (kept on the device).
+        previous = self._tr_loss / (1 + self.state.global_step - self._globalstep_last_logged)
+        return torch.where(finite, loss, previous)
+
+    def report_nonfinite(self, logs: dict[str, float]) -> None:
+        """At a log (which reads the loss back anyway): warns which update had a non-finite loss since the previous
+        log and adds `nonfinite_batches` to the logs."""
+        if self._nonfinite is None:
+            return
+        count, first = self._nonfinite.tolist()
+        self._nonfinite.zero_()
+        if count:
+            logs["nonfinite_batches"] = count
+            treated = "left out of" if self._nonfinite_filter else "included in (logging_nan_inf_filter=False)"
+            logger.warning(
+                "Update %d had a non-finite loss (NaN or inf); %d batch(es) since the previous log did, %s the "
+                "logged loss. Lower the learning rate or raise warmup_steps if it recurs.",
+                first,
+                count,
+                treated,
+            )
 
     def compute_loss(
         self,
@@ -715,14 +806,15 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     ) -> Any:
         """§5.4 label smoothing inside our model rather than by the Trainer's `LabelSmoother` on the logits: the
         same loss, and where no logits are wanted (training steps) the fused chunked projection + loss
-        (`skip_logits`), which never materialises the (B, T, V) logits in fp32. Other models: the Trainer's path."""
+        (`skip_logits`), which never materialises the (B, T, V) logits in fp32. Batches of `TrainingCollator`, whose
+        ids were checked on the host, go in with `check_ids=False`: the model does not read them back from the
+        device. Other models: the Trainer's path."""
+        if not isinstance(self.accelerator.unwrap_model(model), VanillaTransformerForConditionalGeneration):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if isinstance(self.data_collator, TrainingCollator):
+            inputs = {**inputs, "check_ids": False}
         smoother = self.label_smoother
-        if (
-            smoother is None
-            or self.compute_loss_func is not None
-            or "labels" not in inputs
-            or not isinstance(self.accelerator.unwrap_model(model), VanillaTransformerForConditionalGeneration)
-        ):
+        if smoother is None or self.compute_loss_func is not None or "labels" not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs = {**inputs, "label_smoothing": smoother.epsilon, "skip_logits": not return_outputs}
         self.label_smoother = None  # so that the Trainer takes the model's loss, with its num_items_in_batch handling
@@ -743,6 +835,8 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         `elapsed_seconds` (the wall clock of the run, as `max_time` counts it) to evaluation logs."""
         if "eval_loss" in logs:
             logs["elapsed_seconds"] = round(self.clock.last_elapsed, 1)
+        if "loss" in logs or "train_runtime" in logs:
+            self.report_nonfinite(logs)
         if ("loss" in logs or "train_runtime" in logs) and self._target_tokens is not None:
             total = self.target_tokens()
             if "loss" in logs:
@@ -776,7 +870,8 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
         parameter = next(model.parameters(), None)
         if self.args.predict_with_generate and parameter is not None and parameter.device.type == "cpu":
             prepare_for_cpu_inference(model.eval())
-        return super().evaluation_loop(*args, **kwargs)
+        with self.transformers_nan_inf_filter(self._nonfinite_filter):  # the evaluation loss's filter, as given
+            return super().evaluation_loop(*args, **kwargs)
 
     def prediction_step(self, *args: Any, **kwargs: Any) -> Any:
         # Seq2SeqTrainer writes generate()'s global defaults (max_length 20) into the model's generation config after
