@@ -33,6 +33,11 @@ GRAPH_LENGTH_BUCKETS = 8
 _PAD_VALUES = {"input_ids": "pad", "decoder_input_ids": "pad", "labels": -100, "attention_mask": 0}
 
 
+def pair_sizes(source_lengths: Sequence[int], target_lengths: Sequence[int]) -> np.ndarray:
+    """Each pair's size as the batch sampler measures it: its longer side."""
+    return np.maximum(np.asarray(source_lengths), np.asarray(target_lengths))
+
+
 @dataclass(frozen=True)
 class LengthBuckets:
     """The fixed batch shapes: `lengths` (ascending) and the token budget that sets each one's rows."""
@@ -49,9 +54,7 @@ class LengthBuckets:
         over the distinct sizes; the longest size is always a bucket, so every pair has one)."""
         if count < 1:
             raise ValueError(f"`count` is {count}; pass at least 1 length bucket.")
-        sizes, counts = np.unique(
-            np.maximum(np.asarray(source_lengths), np.asarray(target_lengths)), return_counts=True
-        )
+        sizes, counts = np.unique(pair_sizes(source_lengths, target_lengths), return_counts=True)
         upto = np.cumsum(counts)  # pairs of size <= sizes[i]
         n = len(sizes)
         # cost[i]: the least padded size of the pairs up to sizes[i] with a bucket at sizes[i]; parents[k][i]: the
@@ -76,8 +79,7 @@ class LengthBuckets:
 
     def sizes(self, source_lengths: Sequence[int], target_lengths: Sequence[int]) -> np.ndarray:
         """Each pair's size raised to its bucket's length: the sizes the batch sampler plans with."""
-        sizes = np.maximum(np.asarray(source_lengths), np.asarray(target_lengths))
-        return np.asarray(self.lengths)[np.searchsorted(self.lengths, sizes)]
+        return np.asarray(self.lengths)[np.searchsorted(self.lengths, pair_sizes(source_lengths, target_lengths))]
 
     def shape(self, longest: int) -> tuple[int, int]:
         """(rows, length) of a batch whose longest side has `longest` tokens."""
@@ -91,16 +93,18 @@ class LengthBuckets:
 
     def padding(self, source_lengths: Sequence[int], target_lengths: Sequence[int]) -> float:
         """The share of the pairs' padded tokens that the buckets add (their sizes against the bucket lengths)."""
-        sizes = np.maximum(np.asarray(source_lengths), np.asarray(target_lengths))
-        return float(self.sizes(source_lengths, target_lengths).sum() / sizes.sum() - 1.0)
+        return float(
+            self.sizes(source_lengths, target_lengths).sum() / pair_sizes(source_lengths, target_lengths).sum() - 1.0
+        )
 
     def describe(self) -> str:
         return f"{len(self.lengths)} length buckets {list(self.lengths)}, {self.max_tokens} tokens a side each"
 
 
 class StaticShapeCollator:
-    """Wraps a collator (`DataCollatorForSeq2Seq`) so that every batch it returns has one of `buckets`' shapes;
-    needs batches planned with `buckets.sizes` (else a batch may hold more rows than its bucket's)."""
+    """Wraps the trainer's collator (`TrainingCollator`, padded on the right) so that every batch it returns has one
+    of `buckets`' shapes, padded on the right further; needs batches planned with `buckets.sizes` (else a batch may
+    hold more rows than its bucket's)."""
 
     def __init__(
         self, collator: Callable[[list[dict[str, Any]]], dict[str, Any]], buckets: LengthBuckets, pad_id: int
@@ -139,4 +143,4 @@ class CudaGraphStepCallback(TrainerCallback):
         torch.compiler.cudagraph_mark_step_begin()
 
 
-__all__ = ["GRAPH_LENGTH_BUCKETS", "CudaGraphStepCallback", "LengthBuckets", "StaticShapeCollator"]
+__all__ = ["GRAPH_LENGTH_BUCKETS", "CudaGraphStepCallback", "LengthBuckets", "StaticShapeCollator", "pair_sizes"]

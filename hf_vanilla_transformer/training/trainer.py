@@ -832,12 +832,14 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Adds `tgt_tokens_per_second` (target tokens of all processes since the previous log, per second) and
         `tgt_tokens` (this run's total) to training logs, `train_tgt_tokens(_per_second)` to the summary, and
-        `elapsed_seconds` (the wall clock of the run, as `max_time` counts it) to evaluation logs."""
+        `elapsed_seconds` (the wall clock of the run, as `max_time` counts it) to evaluation logs, and the non-finite
+        losses since the previous log to training logs (`report_nonfinite`)."""
         if "eval_loss" in logs:
             logs["elapsed_seconds"] = round(self.clock.last_elapsed, 1)
-        if "loss" in logs or "train_runtime" in logs:
+        training_log = "loss" in logs or "train_runtime" in logs
+        if training_log:
             self.report_nonfinite(logs)
-        if ("loss" in logs or "train_runtime" in logs) and self._target_tokens is not None:
+        if training_log and self._target_tokens is not None:
             total = self.target_tokens()
             if "loss" in logs:
                 now = time.perf_counter()
