@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train train-quick train-1h train-2h train-gpu bench bench-all clean
+.PHONY: setup test lint train train-quick train-1h train-2h train-tiny train-gpu bench bench-all clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ train-1h: setup
 
 train-2h: setup
 	$(VENV)/bin/hf-vanilla-transformer train --recipe multi30k-2h --output-dir runs/multi30k-en-de-2h $(ARGS)
+
+# The model that ships with the package (recipe multi30k-tiny): an hour of the 4+4-layer d_model 128 model; its folder
+# is what hf_vanilla_transformer/pretrained holds in fp16 (docs/walkthrough/README.md says how it was made).
+train-tiny: setup
+	$(VENV)/bin/hf-vanilla-transformer train --recipe multi30k-tiny --output-dir runs/multi30k-en-de-tiny $(ARGS)
 
 # One GPU, one minute (recipe multi30k-gpu in hf_vanilla_transformer/training/recipes.py, with its reasons): the
 # multi30k-1h model with bf16, CUDA graphs over 8 fixed batch shapes and 8192-token batches, meant to reach test_2016
