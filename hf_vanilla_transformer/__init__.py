@@ -16,6 +16,7 @@ from .model.modeling_vanilla_transformer import (
     VanillaTransformerPreTrainedModel,
 )
 from .model.pipeline_vanilla_translation import VanillaTranslationPipeline
+from .pretrained import BUNDLED_MODEL
 from .registration import register_translation_pipeline
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelFor
 register_translation_pipeline()
 
 __all__ = [
+    "BUNDLED_MODEL",
     "PRESETS",
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
