@@ -1,5 +1,6 @@
-"""Write a Hub model card (README.md) for a saved model folder from its real files, and upload the folder; the card
-of a converted checkpoint (`render_converted_card`, used by `python -m conversion`) comes from here too.
+"""Write a Hub model card (README.md) for a saved model folder from its real files; the card of a converted
+checkpoint (`render_converted_card`, used by `python -m conversion`) comes from here too. Uploading the folder is
+hf_vanilla_transformer.hub's.
 
 Every number in the card comes from an input: the architecture table and parameter count from config.json (or the
 config passed), the decoding table from generation_config.json, the scores from the results dict / JSON written by
@@ -15,7 +16,6 @@ restates, is checked against the model by tests/test_model_card.py.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import re
@@ -25,17 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from huggingface_hub import (
-    CommitInfo,
-    CommitOperationAdd,
-    CommitOperationDelete,
-    EvalResult,
-    HfApi,
-    ModelCard,
-    ModelCardData,
-)
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PretrainedConfig
-from transformers.dynamic_module_utils import get_relative_import_files
 
 from hf_vanilla_transformer.hub_metadata import (
     HUB_LANGUAGE_WORDS,
@@ -46,6 +37,7 @@ from hf_vanilla_transformer.hub_metadata import (
     public_command,
     public_path,
 )
+from hf_vanilla_transformer.inference.attention_maps import ATTENTION_DIR, PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
@@ -184,40 +176,9 @@ MULTI30K = TrainingData(
 )
 KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 
-# A model folder's files, as hf_vanilla_transformer/files.py names them (MODEL_FILES, TOKENIZER_FILES,
-# TARGET_TOKENIZER; tests/test_model_card.py checks that they agree): the card, configs and safetensors weights; every
-# tokenizer file that save_pretrained writes or a converter copies; the target side's tokenizer subfolder.
-MODEL_FILES = (
-    "README.md",
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*-of-*.safetensors",
-    "model.safetensors.index.json",
-)
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "source.spm",
-    "target.spm",
-    "target_vocab.json",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-)
-TARGET_TOKENIZER = "target_tokenizer"
-# The grids `hf-vanilla-transformer attention` writes (inference/attention_maps.py's PLOTS: file stem, title), in
-# the card's order; other images in attention/ follow them.
-ATTENTION_MAPS = (
-    ("encoder_self_attention", "Encoder self-attention"),
-    ("decoder_self_attention", "Decoder self-attention (masked)"),
-    ("cross_attention", "Encoder-decoder attention"),
-)
+# The grids `hf-vanilla-transformer attention` writes (file stem, title), in the card's order; other images in
+# attention/ follow them.
+ATTENTION_MAPS = tuple((stem, title) for stem, title, *_ in PLOTS)
 # The config.json fields the architecture table and the parameter count read.
 ARCHITECTURE_FIELDS = (
     "vocab_size",
@@ -244,19 +205,6 @@ ARCHITECTURE_FIELDS = (
     "normalize_before",
     "add_final_layer_norm",
     "layer_norm_eps",
-)
-
-# What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
-# the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
-# names is uploaded.
-HUB_FILES = (
-    *MODEL_FILES,
-    *TOKENIZER_FILES,
-    *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
-    "attention/*.png",
-    "learning_curve.png",
-    # The scores and test translations of `train` (the card's model-index comes from them).
-    "results.json",
 )
 
 
@@ -536,10 +484,10 @@ def render_model_card(
     order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
     titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
     images = sorted(
-        (output_dir / "attention").glob("*.png"),
+        (output_dir / ATTENTION_DIR).glob("*.png"),
         key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
     )
-    attention_images = [(titles.get(path.name, path.stem), f"attention/{path.name}") for path in images]
+    attention_images = [(titles.get(path.name, path.stem), f"{ATTENTION_DIR}/{path.name}") for path in images]
     # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
     training_rows = [
         (name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None
@@ -764,147 +712,17 @@ def card_for_repository(model_dir: str | Path, repo_id: str) -> ModelCard | None
     return ModelCard(re.sub(r'model="[^"]*"', f'model="{repo_id}"', text))
 
 
-class RepositoryNotEmptyError(ValueError):
-    """The repository holds files that are not the model's (`others`); `push_folder_to_hub(..., replace=True)`
-    deletes them in the upload's commit."""
-
-    def __init__(self, repo_id: str, others: Sequence[str]) -> None:
-        self.repo_id, self.others = repo_id, list(others)
-        super().__init__(f"{repo_id} holds files that are not this model's: {', '.join(self.others)}")
-
-
-def code_files(output_dir: str | Path) -> list[str]:
-    """The model's code files in the folder, as transformers copies them for remote code: the modules that
-    config.json's `auto_map` and `custom_pipelines` name, and the modules they import relatively, transitively
-    (transformers' own `get_relative_import_files`). Computed, so a helper module the model code imports is
-    included and a stray `secrets_config.py` beside them is not. Raises ValueError when config.json has no
-    auto_map or a named or imported module is missing."""
-    output_dir = Path(output_dir)
-    config = json.loads((output_dir / "config.json").read_text(encoding="utf-8"))
-    if "auto_map" not in config:
-        raise ValueError(
-            f"{output_dir / 'config.json'} has no auto_map, so the Hub copy would not load with trust_remote_code. "
-            "Save the model with hf_vanilla_transformer imported."
-        )
-    references = [task["impl"] for task in config.get("custom_pipelines", {}).values()]
-    for value in config["auto_map"].values():
-        # "module.Class", "repo--module.Class", or a [slow, fast] pair for tokenizers
-        references += [item for item in (value if isinstance(value, list) else [value]) if item]
-    modules = set()
-    for reference in references:
-        module = output_dir / (reference.split("--")[-1].rsplit(".", 1)[0] + ".py")
-        if not module.is_file():
-            raise ValueError(f"config.json refers to {reference} but {module} is missing. Save again.")
-        try:
-            modules |= {module, *(Path(path) for path in get_relative_import_files(module))}
-        except FileNotFoundError as error:
-            raise ValueError(f"{module} imports a module the folder lacks ({error.filename}). Save again.") from error
-    return sorted(path.relative_to(output_dir).as_posix() for path in modules)
-
-
-def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> list[str]:
-    """The folder's files to upload (relative POSIX paths, sorted): those matching `patterns`, each pattern at its
-    own depth, so checkpoints/, runs/ and training_args.bin stay local, plus exactly the model's `code_files`.
-    Checks the folder is a complete model whose files lie in it: a symbolic link to a file or folder outside it is
-    refused (ValueError naming the link and its target), never followed."""
-    output_dir = Path(output_dir)
-    found = sorted(path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if path.is_file())
-    selected = [
-        name
-        for name in found
-        if any(fnmatch.fnmatchcase(name, pattern) and name.count("/") == pattern.count("/") for pattern in patterns)
-    ]
-    for required, fix in (
-        ("config.json", "save the model with save_pretrained"),
-        ("README.md", "write the model card with model_card.write_model_card"),
-    ):
-        if required not in selected:
-            raise ValueError(f"{output_dir} has no {required}; {fix} first.")
-    if not any(name.endswith(".safetensors") for name in selected):
-        raise ValueError(f"{output_dir} has no safetensors weights; save the model with save_pretrained first.")
-    files = sorted({*selected, *code_files(output_dir)})
-    folders = {pattern.rsplit("/", 1)[0] for pattern in patterns if "/" in pattern}  # rglob leaves linked ones out
-    _refuse_links_out(output_dir, [*files, *sorted(folders)])
-    return files
-
-
-def _refuse_links_out(output_dir: Path, names: Sequence[str]) -> None:
-    """Raise ValueError for the first of `names` (relative paths in `output_dir`) that is a symbolic link to a path
-    outside the folder, naming the link and its target: the upload would send that file's content (a link's own
-    content is its target's), which the folder only points at. Links inside the folder are its own files."""
-    root = output_dir.resolve()
-    for name in names:
-        path = output_dir / name
-        target = path.resolve()
-        if path.is_symlink() and not target.is_relative_to(root):
-            raise ValueError(
-                f"{path} is a symbolic link to {target}, outside the folder; the upload would send that file without "
-                "a word. Copy the file into the folder in place of the link (or remove the link) to upload it."
-            )
-
-
-def push_folder_to_hub(
-    output_dir: str | Path,
-    repo_id: str,
-    *,
-    private: bool | None = None,
-    token: str | None = None,
-    commit_message: str = "Upload Vanilla Transformer",
-    revision: str | None = None,
-    create_pr: bool = False,
-    patterns: Sequence[str] = HUB_FILES,
-    card: ModelCard | None = None,
-    replace: bool = False,
-) -> CommitInfo:
-    """Create `repo_id` if needed and upload the folder's `hub_files` in one commit (weights, config with auto_map
-    and custom_pipelines, generation config, tokenizer, code files, README.md card, attention maps).
-
-    Unlike `model.push_to_hub`, which writes a generic README.md when the repository has none, the folder's own
-    card is uploaded, or `card` in its place (`card_from_results` with the repository's id). `revision`: a branch,
-    created from main when missing. A repository (at `revision`) that holds files other than the model's raises
-    `RepositoryNotEmptyError` before anything is uploaded, so that two models never mix in one repository; with
-    `replace` those files are deleted in the upload's commit. Files of the model's names are simply updated.
-    """
-    files = hub_files(output_dir, patterns)
-    api = HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    if revision is not None:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    # .gitattributes: the Hub writes it into every new repository (the LFS rules).
-    others = sorted(set(api.list_repo_files(repo_id, revision=revision)) - {*files, ".gitattributes"})
-    if others and not replace:
-        raise RepositoryNotEmptyError(repo_id, others)
-    operations: list[CommitOperationAdd | CommitOperationDelete] = [
-        CommitOperationAdd(
-            path_in_repo=name,
-            path_or_fileobj=str(card).encode()
-            if name == "README.md" and card is not None
-            else str(Path(output_dir) / name),
-        )
-        for name in files
-    ]
-    operations += [CommitOperationDelete(path_in_repo=name) for name in others]
-    return api.create_commit(
-        repo_id=repo_id, operations=operations, commit_message=commit_message, revision=revision, create_pr=create_pr
-    )
-
-
 __all__ = [
     "ATTENTION_MAPS",
-    "HUB_FILES",
     "MULTI30K",
     "CardConfig",
-    "RepositoryNotEmptyError",
     "TrainingData",
     "architecture",
     "architecture_rows",
     "card_for_repository",
     "card_from_results",
-    "code_files",
     "count_parameters",
     "decoding_rows",
-    "hub_files",
-    "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
     "save_card",

@@ -13,8 +13,8 @@ from transformers import pipeline
 
 from hf_vanilla_transformer.cli import _flag_wording, _option_flags, build_parser, main
 from hf_vanilla_transformer.files import MANIFEST
+from hf_vanilla_transformer.hub import hub_files
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
-from model_card import hub_files
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
