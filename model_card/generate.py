@@ -404,6 +404,50 @@ def _eval_results(results: dict[str, Any], task_name: str) -> list[EvalResult]:
     ]
 
 
+def _model_index(results: dict[str, Any], datasets: Sequence[str], language_pair: str | None) -> list[EvalResult]:
+    """The model-index entries of the results (`_eval_results`), after completing `results` in place for them and
+    for the card: the test set's Hub id ("dataset": a known corpus's name becomes its id), name and label, and the
+    scores rounded to two decimals."""
+    dataset = results.get("dataset") or (datasets[0] if datasets else None)
+    if dataset is None:
+        raise ValueError(
+            "The results need a dataset for the model-index: pass datasets=[...] or set results['dataset']."
+        )
+    known = KNOWN_DATA.get(dataset)
+    results["dataset"] = known.hub_id if known is not None and known.hub_id else dataset
+    results["dataset_name"] = results.get("dataset_name") or (known.name if known is not None else dataset)
+    dataset_config, split = results.get("dataset_config"), results.get("split")
+    results["dataset_label"] = (
+        results["dataset_name"]
+        + (f" ({dataset_config})" if dataset_config else "")
+        + (f", {split} split" if split else "")
+    )
+    for key in ("bleu", "bleu_lowercase", "chrf"):
+        results[key] = round(float(results[key]), 2)
+    return _eval_results(results, f"Translation {language_pair}" if language_pair else "Translation")
+
+
+def _decoding(output_dir: Path) -> tuple[list[tuple[str, str]] | None, bool]:
+    """The decoding table of the folder's generation_config.json and whether it is §6.1's; (None, False) without
+    one."""
+    path = output_dir / "generation_config.json"
+    if not path.is_file():
+        return None, False
+    return decoding_rows(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _attention_images(output_dir: Path) -> list[tuple[str, str]]:
+    """(title, path in the folder) of the attention maps: the three grids of plot_attention first, in its order,
+    then any other image."""
+    order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
+    titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
+    images = sorted(
+        (output_dir / ATTENTION_DIR).glob("*.png"),
+        key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
+    )
+    return [(titles.get(path.name, path.stem), f"{ATTENTION_DIR}/{path.name}") for path in images]
+
+
 def render_model_card(
     output_dir: str | Path,
     config: CardConfig | None = None,
@@ -440,27 +484,7 @@ def render_model_card(
     if out_of_domain is None and results is not None:
         out_of_domain = results.get("out_of_domain")
 
-    eval_results = None
-    if results is not None:
-        dataset = results.get("dataset") or (datasets[0] if datasets else None)
-        if dataset is None:
-            raise ValueError(
-                "The results need a dataset for the model-index: pass datasets=[...] or set results['dataset']."
-            )
-        known = KNOWN_DATA.get(dataset)
-        results["dataset"] = known.hub_id if known is not None and known.hub_id else dataset
-        results["dataset_name"] = results.get("dataset_name") or (known.name if known is not None else dataset)
-        dataset_config, split = results.get("dataset_config"), results.get("split")
-        results["dataset_label"] = (
-            results["dataset_name"]
-            + (f" ({dataset_config})" if dataset_config else "")
-            + (f", {split} split" if split else "")
-        )
-        for key in ("bleu", "bleu_lowercase", "chrf"):
-            results[key] = round(float(results[key]), 2)
-        task_name = f"Translation {language_pair}" if language_pair else "Translation"
-        eval_results = _eval_results(results, task_name)
-
+    eval_results = _model_index(results, datasets, language_pair) if results is not None else None
     license_fields = _license(license, license_name, data)
     card_data = ModelCardData(
         **language_fields,
@@ -476,22 +500,7 @@ def render_model_card(
         # The Hub's inference widget: a sentence of the model's own domain.
         widget=[{"text": example_text}],
     )
-    generation_path = output_dir / "generation_config.json"
-    decoding, paper_decoding = None, False
-    if generation_path.is_file():
-        decoding, paper_decoding = decoding_rows(json.loads(generation_path.read_text(encoding="utf-8")))
-    # The three grids of plot_attention first, in its order, then any other image.
-    order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
-    titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
-    images = sorted(
-        (output_dir / ATTENTION_DIR).glob("*.png"),
-        key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
-    )
-    attention_images = [(titles.get(path.name, path.stem), f"{ATTENTION_DIR}/{path.name}") for path in images]
-    # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
-    training_rows = [
-        (name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None
-    ]
+    decoding, paper_decoding = _decoding(output_dir)
     return _render(
         TEMPLATE,
         card_data,
@@ -504,9 +513,10 @@ def render_model_card(
         decoding=decoding,
         paper_decoding=paper_decoding,
         results=results,
-        attention_images=attention_images,
+        attention_images=_attention_images(output_dir),
         command=public_command(command) if command is not None else None,
-        training=training_rows,
+        # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
+        training=[(name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None],
         extra=extra,
         data=data[0] if data else None,
         data_note=data_note,
