@@ -16,7 +16,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_inference
-from hf_vanilla_transformer.inference.evaluation import score_translations, translate
+from hf_vanilla_transformer.inference.decoding import best_translations
+from hf_vanilla_transformer.inference.evaluation import score_translations
 from hf_vanilla_transformer.training.data import load_multi30k
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.rounds):
         for setting, model in models.items():
             start = time.perf_counter()
-            hypotheses[setting] = translate(model, tokenizer, sources, args.batch_size, progress=False)
+            hypotheses[setting] = best_translations(model, tokenizer, sources, args.batch_size, progress=False)
             seconds = time.perf_counter() - start
             bleu = score_translations(hypotheses[setting], references)["bleu"]
             print(f"{setting}: {seconds:.1f} s, BLEU {bleu:.2f}", flush=True)

@@ -40,7 +40,7 @@ import httpx
 from transformers.utils import logging as transformers_logging
 
 from bench.bench import host
-from hf_vanilla_transformer.inference.evaluation import translate_n_best
+from hf_vanilla_transformer.inference.decoding import translate_n_best
 from hf_vanilla_transformer.inference.loading import load_model, load_tokenizer
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 

@@ -25,7 +25,8 @@ from transformers import GenerationConfig, PretrainedConfig, PreTrainedModel, Pr
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.files import MODEL_LAYOUT, TARGET_TOKENIZER, check_output_folder, replaced_folder
-from model_card import check_license, check_repo_id, render_converted_card
+from hf_vanilla_transformer.hub_metadata import check_license, check_repo_id
+from model_card import render_converted_card
 
 # One rule of a key map: a regular expression that must match a whole source key, and what the tensor becomes:
 # a target key (backreferences like \1 allowed); a tuple of target keys, which splits the tensor into that many equal

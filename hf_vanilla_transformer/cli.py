@@ -726,7 +726,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """The `evaluate` subcommand."""
-    from .inference.translation import EvaluateOptions, evaluate
+    from .inference.evaluation import EvaluateOptions, evaluate
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
@@ -868,7 +868,7 @@ def _input_lines(path: Path, stack: contextlib.ExitStack) -> list[str] | Iterato
     error naming the line, before any decoding; a CRLF line end is a line end); a pipe (a FIFO, bash's `<(...)`)
     line by line as it arrives, as stdin, so that a line written into it is translated before the writer closes
     it."""
-    from .training.data import LineStream, read_lines
+    from .parallel_text import LineStream, read_lines
 
     if path.is_file() or path.suffix == ".gz":
         return read_lines(path)
@@ -878,10 +878,10 @@ def _input_lines(path: Path, stack: contextlib.ExitStack) -> list[str] | Iterato
 def run_translate(args: argparse.Namespace) -> int:
     """The `translate` subcommand: one output line per input line, in input order (`translation.translation_line`),
     from the arguments, --input (`_input_lines`) or stdin (line by line as it arrives). A file or stream's leading
-    byte order mark is dropped (data.BOM). One run at a time writes an --output file: it holds the file's lock
+    byte order mark is dropped (parallel_text.BOM). One run at a time writes an --output file: it holds the file's lock
     (files.exclusive_lock) from the start, and a second run is refused before it loads anything."""
     from .inference.translation import TranslateOptions, translate_stream, translation_line
-    from .training.data import LineStream, read_lines
+    from .parallel_text import LineStream, read_lines
 
     # A tool's stderr carries warnings and errors only: no bar for loading the weights.
     transformers_logging.disable_progress_bar()

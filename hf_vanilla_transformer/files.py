@@ -91,8 +91,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 # leaves this manifest in it: the folder's kind and the entries the command writes there. A folder is a command's
 # own when its manifest names the command's kind, and only the entries listed there are ever removed or replaced.
 # Any other entry is someone else's: a folder holding one is refused before any work, and one that appears while a
-# command writes is kept. The Hub upload leaves the manifest out (model_card.hub_files takes the model's files by
-# name).
+# command writes is kept. The Hub upload leaves the manifest out (hub.hub_files takes the model's files by name).
 MANIFEST = ".hf_vanilla_transformer.json"
 # This package's model type (VanillaTransformerConfig.model_type; not imported, the model's modules import this one).
 _MODEL_TYPE = "vanilla_transformer"

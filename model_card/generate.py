@@ -1,44 +1,43 @@
-"""Write a Hub model card (README.md) for a saved model folder from its real files, and upload the folder; the card
-of a converted checkpoint (`render_converted_card`, used by `python -m conversion`) comes from here too.
+"""Write a Hub model card (README.md) for a saved model folder from its real files; the card of a converted
+checkpoint (`render_converted_card`, used by `python -m conversion`) comes from here too. Uploading the folder is
+hf_vanilla_transformer.hub's.
 
 Every number in the card comes from an input: the architecture table and parameter count from config.json (or the
 config passed), the decoding table from generation_config.json, the scores from the results dict / JSON written by
 `hf_vanilla_transformer.inference.evaluation.write_results_json`; attention maps are the folder's `attention/*.png`
 (as written by `hf-vanilla-transformer attention MODEL_DIR "..." --out MODEL_DIR/attention`). Nothing is typed by hand.
 
-This package works from plain data (config.json as a dict, file names, the attention maps' names) and imports
-nothing from `hf_vanilla_transformer`, which imports it to write the cards of what it trains: one direction, no
-circle. The few facts of the model it restates (the parameter count's formula, the file names of a model folder,
-the attention maps' names) are checked against the package by tests/test_model_card.py.
+This package works from plain data (config.json as a dict, the folder's files). The values a card writes are checked
+by `hf_vanilla_transformer.hub_metadata` (the same checks `train` makes before any data is read); the package's
+`train` and `push` import this one only inside the functions that render a card, and no module of the package that
+this one imports imports it back (tests/test_model_card.py checks both). The parameter count's formula, which it
+restates, is checked against the model by tests/test_model_card.py.
 """
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
 import json
 import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath, PureWindowsPath
+from pathlib import Path
 from typing import Any
 
 import jinja2
-from huggingface_hub import (
-    CommitInfo,
-    CommitOperationAdd,
-    CommitOperationDelete,
-    EvalResult,
-    HfApi,
-    ModelCard,
-    ModelCardData,
-)
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PretrainedConfig
-from transformers.dynamic_module_utils import get_relative_import_files
+
+from hf_vanilla_transformer.hub_metadata import (
+    HUB_LANGUAGE_WORDS,
+    check_language,
+    check_license,
+    check_repo_id,
+    hub_language,
+    public_command,
+    public_path,
+)
+from hf_vanilla_transformer.inference.attention_maps import ATTENTION_DIR, PLOTS
 
 TEMPLATE = Path(__file__).with_name("template.md")
 CONVERTED_TEMPLATE = Path(__file__).with_name("converted_template.md")
@@ -100,144 +99,6 @@ TOOLKIT_CITATIONS = {
   doi       = {10.18653/v1/P18-4020}
 }""",
 }
-
-
-# The license identifiers the Hub takes in a card's `license:` field: the table of
-# https://huggingface.co/docs/hub/repositories-licenses (hub-docs, docs/hub/repositories-licenses.md, at commit
-# 008d54d08fd9d5d05ed2840bebb0b61111326a15), in its order. `other` goes with a `license_name`.
-HUB_LICENSES = (
-    *("apache-2.0", "mit", "openrail", "bigscience-openrail-m", "creativeml-openrail-m", "bigscience-bloom-rail-1.0"),
-    *("bigcode-openrail-m", "afl-3.0", "artistic-2.0", "bsl-1.0", "bsd", "bsd-2-clause", "bsd-3-clause"),
-    *("bsd-3-clause-clear", "c-uda", "cc", "cc0-1.0", "cc-by-2.0", "cc-by-2.5", "cc-by-3.0", "cc-by-4.0"),
-    *("cc-by-sa-3.0", "cc-by-sa-4.0", "cc-by-nc-2.0", "cc-by-nc-3.0", "cc-by-nc-4.0", "cc-by-nd-4.0"),
-    *("cc-by-nc-nd-3.0", "cc-by-nc-nd-4.0", "cc-by-nc-sa-2.0", "cc-by-nc-sa-3.0", "cc-by-nc-sa-4.0"),
-    *("cdla-sharing-1.0", "cdla-permissive-1.0", "cdla-permissive-2.0", "wtfpl", "ecl-2.0", "epl-1.0", "epl-2.0"),
-    *("etalab-2.0", "eupl-1.1", "agpl-3.0", "gfdl", "gpl", "gpl-2.0", "gpl-3.0", "lgpl", "lgpl-2.1", "lgpl-3.0"),
-    *("isc", "lppl-1.3c", "ms-pl", "mpl-2.0", "odc-by", "odbl", "openrail++", "osl-3.0", "postgresql", "ofl-1.1"),
-    *("ncsa", "unlicense", "zlib", "pddl", "lgpl-lr", "deepfloyd-if-license", "llama2", "gemma", "unknown"),
-    "other",
-)
-# A language tag as the Hub takes it: BCP-47 (RFC 5646) in its canonical case, an ISO 639 language (2 or 3 letters:
-# en, de, eng), then optionally a script (Hant), a region (BR, 419) and variants. The card's `language:` gets the
-# ISO 639 part, which is what the Hub's `language` field accepts; a tag with more goes to `language_bcp47` as well.
-LANGUAGE_TAG = re.compile(r"[a-z]{2,3}(?:-[A-Z][a-z]{3})?(?:-(?:[A-Z]{2}|\d{3}))?(?:-(?:[a-z\d]{5,8}|\d[a-z\d]{3}))*")
-# The values other than a language that the Hub's `language` field takes (a source card may carry them).
-HUB_LANGUAGE_WORDS = ("multilingual", "code")
-# A `license_name` for `license: other`: a short kebab-case id (multi30k-non-commercial-research).
-LICENSE_NAME = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*")
-
-
-def _shown(value: object) -> str:
-    """A value as an error shows it: repr (a line break reads \\n), cut where it is long."""
-    text = repr(value)
-    if len(text) > 60:
-        text = f"{text[:40]}... ({len(str(value)):,} characters)"
-    return text
-
-
-def _canonical_case(tag: str) -> str:
-    """`tag` in BCP-47's canonical case: language lower, script title, region upper (EN-us -> en-US)."""
-    parts = tag.split("-")
-    cased = [parts[0].lower()]
-    for part in parts[1:]:
-        if len(part) == 4 and part.isalpha():
-            cased.append(part.title())
-        elif (len(part) == 2 and part.isalpha()) or (len(part) == 3 and part.isdigit()):
-            cased.append(part.upper())
-        else:
-            cased.append(part.lower())
-    return "-".join(cased)
-
-
-def check_language(tag: object, field: str = "languages") -> str:
-    """`tag` if it is a language tag the Hub takes (`LANGUAGE_TAG`: en, de, eng, pt-BR, zh-Hant), else ValueError
-    naming `field`, the value and the fix: line breaks, markup, a phrase or a 5,000-character string never reach a
-    card."""
-    if isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag):
-        return tag
-    fix = "Pass a BCP-47 language tag: an ISO 639 code (en, de, fr, eng), with a script or region where it matters "
-    fix += "(pt-BR, zh-Hant)."
-    if isinstance(tag, str) and LANGUAGE_TAG.fullmatch(_canonical_case(tag)):
-        fix = f"Write it {_canonical_case(tag)} (BCP-47's case: language lower, script Title, region UPPER)."
-    raise ValueError(f"`{field}` {_shown(tag)} is not a language tag the Hub accepts. {fix}")
-
-
-def check_license(
-    license: object, license_name: object = None, field: str = "license", name_field: str = "license_name"
-) -> dict[str, str]:
-    """The card's license fields for `license` (a Hub license id, `HUB_LICENSES`) and, with `other`, `license_name`
-    (a kebab-case name of the terms); ValueError naming the field, the value and the fix otherwise."""
-    if license != "other" and license_name is not None:
-        given = "not given" if license is None else _shown(license)
-        raise ValueError(
-            f"`{name_field}` {_shown(license_name)} names the terms of `{field}=other` only; `{field}` is {given}. "
-            f"Drop `{name_field}`, or pass `{field}=other`."
-        )
-    if not isinstance(license, str) or license not in HUB_LICENSES:
-        close = difflib.get_close_matches(str(license).lower(), HUB_LICENSES, n=3, cutoff=0.6)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(
-            f"`{field}` {_shown(license)} is not a license id of the Hub{hint}. Pass one of its ids (apache-2.0, "
-            "mit, cc-by-4.0, cc-by-nc-4.0, ...: https://huggingface.co/docs/hub/repositories-licenses), or "
-            f"`{field}=other` with `{name_field}` naming the terms."
-        )
-    if license != "other":
-        return {"license": license}
-    if not isinstance(license_name, str) or not LICENSE_NAME.fullmatch(license_name) or len(license_name) > 64:
-        given = "none was given" if license_name is None else f"{_shown(license_name)} is not one"
-        raise ValueError(
-            f"`{field}=other` needs `{name_field}`, a short kebab-case name of the terms: {given}. Pass e.g. "
-            f"`{name_field}=my-terms-1.0` (lowercase letters, digits, '-' and '.'; at most 64 characters)."
-        )
-    return {"license": "other", "license_name": license_name}
-
-
-def check_repo_id(repo_id: object, field: str = "base_model") -> str:
-    """`repo_id` if it is a Hub repository id (owner/name, or a bare name), else ValueError naming `field`."""
-    try:
-        validate_repo_id(repo_id)  # type: ignore[arg-type]
-    except (HFValidationError, TypeError):
-        raise ValueError(
-            f"`{field}` {_shown(repo_id)} is not a Hub repository id. Pass one such as Helsinki-NLP/opus-mt-en-de."
-        ) from None
-    return str(repo_id)
-
-
-def _is_local_path(text: str) -> bool:
-    """Whether `text` names a place on this machine a card must not show: an absolute path (POSIX or Windows), one
-    from the home folder, or one that climbs out of the working folder."""
-    return (
-        text.startswith(("/", "~"))
-        or PureWindowsPath(text).is_absolute()
-        or ".." in PurePath(text.replace("\\", "/")).parts
-    )
-
-
-def public_path(text: str) -> str:
-    """`text` as a card shows it: a local path (`_is_local_path`) cut to its file name, anything else as it is."""
-    if not _is_local_path(text):
-        return text
-    return PurePath(text.replace("\\", "/")).name or text
-
-
-def public_command(command: str) -> str:
-    """`command` as a card shows it: every local path in it cut to its file name (`--train-src
-    /home/u/data/train.en` -> `--train-src train.en`, also `--option=/path`), so that a pushed card discloses no
-    folder of the machine that trained; relative paths below the working folder and Hub ids stay as given."""
-    try:
-        words = shlex.split(command)
-    except ValueError:  # unbalanced quotes: no command line this package wrote; its words as they are
-        words = command.split()
-    shown = []
-    for word in words:
-        option, equals, value = word.partition("=") if word.startswith("-") else ("", "", word)
-        shown.append(option + equals + public_path(value) if equals or not option else word)
-    return shlex.join(shown)
-
-
-def _hub_language(tag: object) -> bool:
-    """Whether the Hub's `language` field takes `tag`: a language tag or one of its words (multilingual, code)."""
-    return tag in HUB_LANGUAGE_WORDS or (isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag) is not None)
 
 
 def _source_license(metadata: Mapping[str, Any]) -> dict[str, str]:
@@ -315,40 +176,9 @@ MULTI30K = TrainingData(
 )
 KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 
-# A model folder's files, as hf_vanilla_transformer/files.py names them (MODEL_FILES, TOKENIZER_FILES,
-# TARGET_TOKENIZER; tests/test_model_card.py checks that they agree): the card, configs and safetensors weights; every
-# tokenizer file that save_pretrained writes or a converter copies; the target side's tokenizer subfolder.
-MODEL_FILES = (
-    "README.md",
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*-of-*.safetensors",
-    "model.safetensors.index.json",
-)
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "source.spm",
-    "target.spm",
-    "target_vocab.json",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-)
-TARGET_TOKENIZER = "target_tokenizer"
-# The grids `hf-vanilla-transformer attention` writes (inference/attention_maps.py's PLOTS: file stem, title), in
-# the card's order; other images in attention/ follow them.
-ATTENTION_MAPS = (
-    ("encoder_self_attention", "Encoder self-attention"),
-    ("decoder_self_attention", "Decoder self-attention (masked)"),
-    ("cross_attention", "Encoder-decoder attention"),
-)
+# The grids `hf-vanilla-transformer attention` writes (file stem, title), in the card's order; other images in
+# attention/ follow them.
+ATTENTION_MAPS = tuple((stem, title) for stem, title, *_ in PLOTS)
 # The config.json fields the architecture table and the parameter count read.
 ARCHITECTURE_FIELDS = (
     "vocab_size",
@@ -375,19 +205,6 @@ ARCHITECTURE_FIELDS = (
     "normalize_before",
     "add_final_layer_norm",
     "layer_norm_eps",
-)
-
-# What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
-# the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
-# names is uploaded.
-HUB_FILES = (
-    *MODEL_FILES,
-    *TOKENIZER_FILES,
-    *(f"{TARGET_TOKENIZER}/{name}" for name in TOKENIZER_FILES),
-    "attention/*.png",
-    "learning_curve.png",
-    # The scores and test translations of `train` (the card's model-index comes from them).
-    "results.json",
 )
 
 
@@ -587,6 +404,50 @@ def _eval_results(results: dict[str, Any], task_name: str) -> list[EvalResult]:
     ]
 
 
+def _model_index(results: dict[str, Any], datasets: Sequence[str], language_pair: str | None) -> list[EvalResult]:
+    """The model-index entries of the results (`_eval_results`), after completing `results` in place for them and
+    for the card: the test set's Hub id ("dataset": a known corpus's name becomes its id), name and label, and the
+    scores rounded to two decimals."""
+    dataset = results.get("dataset") or (datasets[0] if datasets else None)
+    if dataset is None:
+        raise ValueError(
+            "The results need a dataset for the model-index: pass datasets=[...] or set results['dataset']."
+        )
+    known = KNOWN_DATA.get(dataset)
+    results["dataset"] = known.hub_id if known is not None and known.hub_id else dataset
+    results["dataset_name"] = results.get("dataset_name") or (known.name if known is not None else dataset)
+    dataset_config, split = results.get("dataset_config"), results.get("split")
+    results["dataset_label"] = (
+        results["dataset_name"]
+        + (f" ({dataset_config})" if dataset_config else "")
+        + (f", {split} split" if split else "")
+    )
+    for key in ("bleu", "bleu_lowercase", "chrf"):
+        results[key] = round(float(results[key]), 2)
+    return _eval_results(results, f"Translation {language_pair}" if language_pair else "Translation")
+
+
+def _decoding(output_dir: Path) -> tuple[list[tuple[str, str]] | None, bool]:
+    """The decoding table of the folder's generation_config.json and whether it is §6.1's; (None, False) without
+    one."""
+    path = output_dir / "generation_config.json"
+    if not path.is_file():
+        return None, False
+    return decoding_rows(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _attention_images(output_dir: Path) -> list[tuple[str, str]]:
+    """(title, path in the folder) of the attention maps: the three grids of plot_attention first, in its order,
+    then any other image."""
+    order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
+    titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
+    images = sorted(
+        (output_dir / ATTENTION_DIR).glob("*.png"),
+        key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
+    )
+    return [(titles.get(path.name, path.stem), f"{ATTENTION_DIR}/{path.name}") for path in images]
+
+
 def render_model_card(
     output_dir: str | Path,
     config: CardConfig | None = None,
@@ -623,27 +484,7 @@ def render_model_card(
     if out_of_domain is None and results is not None:
         out_of_domain = results.get("out_of_domain")
 
-    eval_results = None
-    if results is not None:
-        dataset = results.get("dataset") or (datasets[0] if datasets else None)
-        if dataset is None:
-            raise ValueError(
-                "The results need a dataset for the model-index: pass datasets=[...] or set results['dataset']."
-            )
-        known = KNOWN_DATA.get(dataset)
-        results["dataset"] = known.hub_id if known is not None and known.hub_id else dataset
-        results["dataset_name"] = results.get("dataset_name") or (known.name if known is not None else dataset)
-        dataset_config, split = results.get("dataset_config"), results.get("split")
-        results["dataset_label"] = (
-            results["dataset_name"]
-            + (f" ({dataset_config})" if dataset_config else "")
-            + (f", {split} split" if split else "")
-        )
-        for key in ("bleu", "bleu_lowercase", "chrf"):
-            results[key] = round(float(results[key]), 2)
-        task_name = f"Translation {language_pair}" if language_pair else "Translation"
-        eval_results = _eval_results(results, task_name)
-
+    eval_results = _model_index(results, datasets, language_pair) if results is not None else None
     license_fields = _license(license, license_name, data)
     card_data = ModelCardData(
         **language_fields,
@@ -659,22 +500,7 @@ def render_model_card(
         # The Hub's inference widget: a sentence of the model's own domain.
         widget=[{"text": example_text}],
     )
-    generation_path = output_dir / "generation_config.json"
-    decoding, paper_decoding = None, False
-    if generation_path.is_file():
-        decoding, paper_decoding = decoding_rows(json.loads(generation_path.read_text(encoding="utf-8")))
-    # The three grids of plot_attention first, in its order, then any other image.
-    order = [f"{stem}.png" for stem, _ in ATTENTION_MAPS]
-    titles = {f"{stem}.png": title for stem, title in ATTENTION_MAPS}
-    images = sorted(
-        (output_dir / "attention").glob("*.png"),
-        key=lambda path: (order.index(path.name) if path.name in order else len(order), path.name),
-    )
-    attention_images = [(titles.get(path.name, path.stem), f"attention/{path.name}") for path in images]
-    # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
-    training_rows = [
-        (name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None
-    ]
+    decoding, paper_decoding = _decoding(output_dir)
     return _render(
         TEMPLATE,
         card_data,
@@ -687,9 +513,10 @@ def render_model_card(
         decoding=decoding,
         paper_decoding=paper_decoding,
         results=results,
-        attention_images=attention_images,
+        attention_images=_attention_images(output_dir),
         command=public_command(command) if command is not None else None,
-        training=training_rows,
+        # A pushed card shows file names, never the folders of the machine that trained (`public_command`).
+        training=[(name, public_path(_value(value))) for name, value in (training or {}).items() if value is not None],
         extra=extra,
         data=data[0] if data else None,
         data_note=data_note,
@@ -774,7 +601,7 @@ def render_converted_card(
     else:
         given = source_metadata.get("language") or []
         given = [given] if isinstance(given, str) else given
-        language_fields = _card_languages([tag for tag in given if _hub_language(tag)], "languages")
+        language_fields = _card_languages([tag for tag in given if hub_language(tag)], "languages")
     card_data = ModelCardData(
         **language_fields,
         **license_fields,
@@ -895,154 +722,17 @@ def card_for_repository(model_dir: str | Path, repo_id: str) -> ModelCard | None
     return ModelCard(re.sub(r'model="[^"]*"', f'model="{repo_id}"', text))
 
 
-class RepositoryNotEmptyError(ValueError):
-    """The repository holds files that are not the model's (`others`); `push_folder_to_hub(..., replace=True)`
-    deletes them in the upload's commit."""
-
-    def __init__(self, repo_id: str, others: Sequence[str]) -> None:
-        self.repo_id, self.others = repo_id, list(others)
-        super().__init__(f"{repo_id} holds files that are not this model's: {', '.join(self.others)}")
-
-
-def code_files(output_dir: str | Path) -> list[str]:
-    """The model's code files in the folder, as transformers copies them for remote code: the modules that
-    config.json's `auto_map` and `custom_pipelines` name, and the modules they import relatively, transitively
-    (transformers' own `get_relative_import_files`). Computed, so a helper module the model code imports is
-    included and a stray `secrets_config.py` beside them is not. Raises ValueError when config.json has no
-    auto_map or a named or imported module is missing."""
-    output_dir = Path(output_dir)
-    config = json.loads((output_dir / "config.json").read_text(encoding="utf-8"))
-    if "auto_map" not in config:
-        raise ValueError(
-            f"{output_dir / 'config.json'} has no auto_map, so the Hub copy would not load with trust_remote_code. "
-            "Save the model with hf_vanilla_transformer imported."
-        )
-    references = [task["impl"] for task in config.get("custom_pipelines", {}).values()]
-    for value in config["auto_map"].values():
-        # "module.Class", "repo--module.Class", or a [slow, fast] pair for tokenizers
-        references += [item for item in (value if isinstance(value, list) else [value]) if item]
-    modules = set()
-    for reference in references:
-        module = output_dir / (reference.split("--")[-1].rsplit(".", 1)[0] + ".py")
-        if not module.is_file():
-            raise ValueError(f"config.json refers to {reference} but {module} is missing. Save again.")
-        try:
-            modules |= {module, *(Path(path) for path in get_relative_import_files(module))}
-        except FileNotFoundError as error:
-            raise ValueError(f"{module} imports a module the folder lacks ({error.filename}). Save again.") from error
-    return sorted(path.relative_to(output_dir).as_posix() for path in modules)
-
-
-def hub_files(output_dir: str | Path, patterns: Sequence[str] = HUB_FILES) -> list[str]:
-    """The folder's files to upload (relative POSIX paths, sorted): those matching `patterns`, each pattern at its
-    own depth, so checkpoints/, runs/ and training_args.bin stay local, plus exactly the model's `code_files`.
-    Checks the folder is a complete model whose files lie in it: a symbolic link to a file or folder outside it is
-    refused (ValueError naming the link and its target), never followed."""
-    output_dir = Path(output_dir)
-    found = sorted(path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if path.is_file())
-    selected = [
-        name
-        for name in found
-        if any(fnmatch.fnmatchcase(name, pattern) and name.count("/") == pattern.count("/") for pattern in patterns)
-    ]
-    for required, fix in (
-        ("config.json", "save the model with save_pretrained"),
-        ("README.md", "write the model card with model_card.write_model_card"),
-    ):
-        if required not in selected:
-            raise ValueError(f"{output_dir} has no {required}; {fix} first.")
-    if not any(name.endswith(".safetensors") for name in selected):
-        raise ValueError(f"{output_dir} has no safetensors weights; save the model with save_pretrained first.")
-    files = sorted({*selected, *code_files(output_dir)})
-    folders = {pattern.rsplit("/", 1)[0] for pattern in patterns if "/" in pattern}  # rglob leaves linked ones out
-    _refuse_links_out(output_dir, [*files, *sorted(folders)])
-    return files
-
-
-def _refuse_links_out(output_dir: Path, names: Sequence[str]) -> None:
-    """Raise ValueError for the first of `names` (relative paths in `output_dir`) that is a symbolic link to a path
-    outside the folder, naming the link and its target: the upload would send that file's content (a link's own
-    content is its target's), which the folder only points at. Links inside the folder are its own files."""
-    root = output_dir.resolve()
-    for name in names:
-        path = output_dir / name
-        target = path.resolve()
-        if path.is_symlink() and not target.is_relative_to(root):
-            raise ValueError(
-                f"{path} is a symbolic link to {target}, outside the folder; the upload would send that file without "
-                "a word. Copy the file into the folder in place of the link (or remove the link) to upload it."
-            )
-
-
-def push_folder_to_hub(
-    output_dir: str | Path,
-    repo_id: str,
-    *,
-    private: bool | None = None,
-    token: str | None = None,
-    commit_message: str = "Upload Vanilla Transformer",
-    revision: str | None = None,
-    create_pr: bool = False,
-    patterns: Sequence[str] = HUB_FILES,
-    card: ModelCard | None = None,
-    replace: bool = False,
-) -> CommitInfo:
-    """Create `repo_id` if needed and upload the folder's `hub_files` in one commit (weights, config with auto_map
-    and custom_pipelines, generation config, tokenizer, code files, README.md card, attention maps).
-
-    Unlike `model.push_to_hub`, which writes a generic README.md when the repository has none, the folder's own
-    card is uploaded, or `card` in its place (`card_from_results` with the repository's id). `revision`: a branch,
-    created from main when missing. A repository (at `revision`) that holds files other than the model's raises
-    `RepositoryNotEmptyError` before anything is uploaded, so that two models never mix in one repository; with
-    `replace` those files are deleted in the upload's commit. Files of the model's names are simply updated.
-    """
-    files = hub_files(output_dir, patterns)
-    api = HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    if revision is not None:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    # .gitattributes: the Hub writes it into every new repository (the LFS rules).
-    others = sorted(set(api.list_repo_files(repo_id, revision=revision)) - {*files, ".gitattributes"})
-    if others and not replace:
-        raise RepositoryNotEmptyError(repo_id, others)
-    operations: list[CommitOperationAdd | CommitOperationDelete] = [
-        CommitOperationAdd(
-            path_in_repo=name,
-            path_or_fileobj=str(card).encode()
-            if name == "README.md" and card is not None
-            else str(Path(output_dir) / name),
-        )
-        for name in files
-    ]
-    operations += [CommitOperationDelete(path_in_repo=name) for name in others]
-    return api.create_commit(
-        repo_id=repo_id, operations=operations, commit_message=commit_message, revision=revision, create_pr=create_pr
-    )
-
-
 __all__ = [
     "ATTENTION_MAPS",
-    "HUB_FILES",
-    "HUB_LICENSES",
-    "LANGUAGE_TAG",
     "MULTI30K",
     "CardConfig",
-    "RepositoryNotEmptyError",
     "TrainingData",
     "architecture",
     "architecture_rows",
     "card_for_repository",
     "card_from_results",
-    "check_language",
-    "check_license",
-    "check_repo_id",
-    "code_files",
     "count_parameters",
     "decoding_rows",
-    "hub_files",
-    "public_command",
-    "public_path",
-    "push_folder_to_hub",
     "render_converted_card",
     "render_model_card",
     "save_card",

@@ -13,8 +13,8 @@ from transformers import pipeline
 
 from hf_vanilla_transformer.cli import _flag_wording, _option_flags, build_parser, main
 from hf_vanilla_transformer.files import MANIFEST
+from hf_vanilla_transformer.hub import hub_files
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
-from model_card import hub_files
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -523,7 +523,7 @@ def test_evaluate_output_folder_is_refused_before_decoding(bpe_model, tmp_path, 
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded before checking --output")
 
-    monkeypatch.setattr(evaluation, "translate", no_decoding)
+    monkeypatch.setattr(evaluation, "best_translations", no_decoding)
     (tmp_path / "src.txt").write_text("A dog.\n")
     argv = ["evaluate", str(bpe_model), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt")]
     code, _, err = run([*argv, "--output", str(tmp_path)], capsys)

@@ -5,12 +5,8 @@ import json
 import pytest
 import sacrebleu
 
-from hf_vanilla_transformer.inference.evaluation import (
-    evaluate_translations,
-    score_translations,
-    translate,
-    write_results_json,
-)
+from hf_vanilla_transformer.inference.decoding import best_translations
+from hf_vanilla_transformer.inference.evaluation import evaluate_translations, score_translations, write_results_json
 
 from .conftest import tiny_model, tiny_tokenizer
 
@@ -85,16 +81,16 @@ def test_long_sources_are_cut_with_one_warning_that_counts_them(caplog) -> None:
     model, tokenizer = tiny_model(seed=3, init_std=1.0), tiny_tokenizer()
     long_source = " ".join(f"w{5 + index % 30}" for index in range(40))
     sources = [long_source, "w9", long_source]
-    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.inference.evaluation"):
-        cut = translate(model, tokenizer, sources, generation_kwargs={"max_new_tokens": 4}, max_input_tokens=8)
+    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.inference.decoding"):
+        cut = best_translations(model, tokenizer, sources, generation_kwargs={"max_new_tokens": 4}, max_input_tokens=8)
     warnings = [record.getMessage() for record in caplog.records if "cut to 8" in record.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("2 of 3 sources are longer than 8 tokens")
     # The cut sources translate as their first 7 tokens + </s> do.
     first = tokenizer.decode(tokenizer(long_source)["input_ids"][:7])
-    assert cut[0] == cut[2] == translate(model, tokenizer, [first], generation_kwargs={"max_new_tokens": 4})[0]
+    assert cut[0] == cut[2] == best_translations(model, tokenizer, [first], generation_kwargs={"max_new_tokens": 4})[0]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.inference.evaluation"):
-        translate(model, tokenizer, ["w9"], generation_kwargs={"max_new_tokens": 4}, max_input_tokens=8)
+    with caplog.at_level("WARNING", logger="hf_vanilla_transformer.inference.decoding"):
+        best_translations(model, tokenizer, ["w9"], generation_kwargs={"max_new_tokens": 4}, max_input_tokens=8)
     assert not caplog.records
     with pytest.raises(ValueError, match="`max_input_tokens` must be an integer of at least 2"):
-        translate(model, tokenizer, sources, max_input_tokens=1)
+        best_translations(model, tokenizer, sources, max_input_tokens=1)

@@ -192,7 +192,7 @@ def test_evaluate_scores_the_first_max_sentences(bpe_model, tmp_path, capsys) ->
     refused, naming the option."""
     from hf_vanilla_transformer.cli import main
     from hf_vanilla_transformer.errors import OptionError
-    from hf_vanilla_transformer.inference.translation import EvaluateOptions, evaluate
+    from hf_vanilla_transformer.inference.evaluation import EvaluateOptions, evaluate
 
     lines = "".join(f"A man number {index} rides a bike.\n" for index in range(5))
     (tmp_path / "src.txt").write_text(lines, encoding="utf-8")

@@ -605,7 +605,8 @@ def test_hub_files_are_the_model_and_its_code_files_only(tmp_path) -> None:
     and custom_pipelines name and that they import, never a stray `secrets_config.py` (every top-level *.py was
     listed); and every tokenizer file a converter writes, target_tokenizer/ included (source.spm and the others
     were left out, so an uploaded Marian conversion had no tokenizer)."""
-    from model_card import hub_files, write_model_card
+    from hf_vanilla_transformer.hub import hub_files
+    from model_card import write_model_card
 
     from .conftest import CODE_FILES, tiny_model
 

@@ -14,11 +14,10 @@ from huggingface_hub.repocard import metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 import model_card
-from hf_vanilla_transformer import VanillaTransformerConfig, files
-from hf_vanilla_transformer.inference.attention_maps import PLOTS, plot_attention
+from hf_vanilla_transformer import VanillaTransformerConfig, files, hub_metadata
+from hf_vanilla_transformer.inference.attention_maps import plot_attention
 from hf_vanilla_transformer.inference.evaluation import evaluate_translations, write_results_json
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
-from model_card import generate as card_generator
 from model_card import render_converted_card, source_card_metadata, write_model_card
 from model_card.generate import DOMAIN_EXAMPLES, MULTI30K, PROJECT_CITATION, architecture_rows, count_parameters
 
@@ -153,21 +152,40 @@ def test_an_incomplete_config_is_refused_naming_the_fields() -> None:
         architecture_rows(config)
 
 
-def test_model_card_imports_nothing_of_the_package() -> None:
-    """One direction: the package imports model_card to write its cards, never the other way round."""
-    for path in Path(model_card.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            assert not [name for name in names if name.split(".")[0] == "hf_vanilla_transformer"], (path, names)
+def _imports(path: Path, package: str) -> set[str]:
+    """The modules `path` (a module of `package`) imports anywhere in it, relative imports resolved."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            names |= {module, *(f"{module}.{alias.name}" for alias in node.names)}
+    return names
 
 
-def test_what_model_card_restates_of_the_package_agrees_with_it() -> None:
-    """The file names of a model folder (what `push` uploads) and the attention maps' names and titles."""
-    assert card_generator.MODEL_FILES == files.MODEL_FILES
-    assert card_generator.TOKENIZER_FILES == files.TOKENIZER_FILES
-    assert card_generator.TARGET_TOKENIZER == files.TARGET_TOKENIZER
-    assert card_generator.ATTENTION_MAPS == tuple((stem, title) for stem, title, *_ in PLOTS)
+def test_model_card_imports_no_module_of_the_package_that_imports_it() -> None:
+    """No import circle: model_card takes the package's checks (hub_metadata) and the attention maps' names, and
+    none of the package modules it reaches imports model_card (train and hub do, to render)."""
+    root = Path(model_card.__file__).parent.parent
+    seen: set[str] = set()
+    todo = [name for path in Path(model_card.__file__).parent.glob("*.py") for name in _imports(path, "model_card")]
+    while todo:
+        name = todo.pop()
+        if name in seen or name.split(".")[0] != "hf_vanilla_transformer":
+            continue
+        seen.add(name)
+        todo += [name.rsplit(".", count)[0] for count in range(1, name.count(".") + 1)]  # its packages run first
+        candidates = (root / f"{name.replace('.', '/')}.py", root / name.replace(".", "/") / "__init__.py")
+        path = next((candidate for candidate in candidates if candidate.is_file()), None)
+        if path is None:  # a name imported from a module, not a module
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        imported = _imports(path, package)
+        assert not [module for module in imported if module.split(".")[0] == "model_card"], (name, path)
+        todo += imported
+    assert "hf_vanilla_transformer.hub_metadata" in seen and "hf_vanilla_transformer.training.train" not in seen
 
 
 def _no_placeholders(text: str) -> None:
@@ -311,7 +329,7 @@ BAD_LICENSES = ["mit\nbase_model: x", "MIT", "<b>mit</b>", "apache 2.0", "gpl-4.
 def test_hub_licenses_are_the_hubs_list() -> None:
     """HUB_LICENSES is the Hub's table (docs/hub/repositories-licenses): the ids the brief of issue 34 names are in
     it, each once, as the Hub writes them (lowercase, no spaces), `other` last."""
-    ids = card_generator.HUB_LICENSES
+    ids = hub_metadata.HUB_LICENSES
     named = ["apache-2.0", "mit", "cc-by-4.0", "cc-by-sa-4.0", "cc-by-nc-4.0", "gpl-3.0", "bsd-3-clause", "openrail"]
     assert {*named, "llama2", "cc0-1.0", "agpl-3.0", "unknown", "other"} <= set(ids)
     assert len(ids) == len(set(ids)) and ids[-1] == "other"
@@ -372,7 +390,7 @@ def test_bcp47_tags_other_with_a_name_and_a_bad_base_model(model_dir: Path) -> N
 def test_the_card_shows_file_names_for_local_paths(model_dir: Path, command: str, shown: str) -> None:
     """The reproduced training command and the training table show file names for local paths, never the
     machine's folders (a pushed card disclosed /home/...); relative paths below the run and Hub ids stay."""
-    assert model_card.public_command(command) == shown
+    assert hub_metadata.public_command(command) == shown
     training = {"Tokenizer": "/home/u/tokenizers/bpe-8k", "Preset": "transformer-base"}
     text = write_model_card(model_dir, languages=["en", "de"], command=command, training=training).read_text()
     assert f"```bash\n{shown}\n```" in text and "| Tokenizer | bpe-8k |" in text
@@ -437,6 +455,22 @@ def test_train_options_take_bcp47_tags_and_refuse_the_rest(tmp_path: Path) -> No
         ):
             check_report_values(TrainOptions(length_penalty=alpha))
     check_report_values(TrainOptions(num_beams=8, length_penalty=-0.5))
+
+
+def test_train_checks_languages_and_license_without_model_card(monkeypatch) -> None:
+    """The languages and license are checked by the package itself: with model_card unimportable (jinja2 missing),
+    a bad tag is still refused (before: the checks were skipped when `from model_card import ...` failed)."""
+    import sys
+
+    from hf_vanilla_transformer.errors import OptionError
+    from hf_vanilla_transformer.training.options import TrainOptions, check_report_values, public_command_line
+
+    monkeypatch.setitem(sys.modules, "model_card", None)  # `import model_card` raises ImportError
+    with pytest.raises(OptionError, match=r"^`src_lang` 'en\\nlicense: mit' is not a language tag the Hub accepts"):
+        check_report_values(TrainOptions(src_lang="en\nlicense: mit"))
+    with pytest.raises(OptionError, match=r"^`license` 'MIT' is not a license id of the Hub"):
+        check_report_values(TrainOptions(license="MIT"))
+    assert public_command_line("x --train-src /home/u/train.en") == "x --train-src train.en"
 
 
 def test_a_full_disk_while_writing_the_card_leaves_the_old_card(tmp_path, monkeypatch) -> None:

@@ -20,9 +20,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.files import MANIFEST
+from hf_vanilla_transformer.hub import push_folder_to_hub
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
-from model_card import push_folder_to_hub, write_model_card
+from model_card import write_model_card
 
 from .conftest import CODE_FILES, WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.profiler import profile
 
-from hf_vanilla_transformer.inference import evaluation, quantization
+from hf_vanilla_transformer.inference import decoding, quantization
 from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_inference
 from hf_vanilla_transformer.inference.loading import load_model
 from hf_vanilla_transformer.inference.quantization import Int8Linear, quantize_int8
@@ -94,13 +94,13 @@ def linear_kinds(model: nn.Module) -> set[str]:
 def watch_decoding_models(monkeypatch) -> list[set[str]]:
     """Each decoding call's `linear_kinds` (translate's and evaluate's), recorded in the returned list."""
     seen = []
-    translate_n_best = evaluation.translate_n_best
+    translate_n_best = decoding.translate_n_best
 
     def watch(model, *args, **kwargs):
         seen.append(linear_kinds(model))
         return translate_n_best(model, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "translate_n_best", watch)  # evaluate's decoding
+    monkeypatch.setattr(decoding, "translate_n_best", watch)  # evaluate's decoding
     monkeypatch.setattr("hf_vanilla_transformer.inference.translation.translate_n_best", watch)  # translate's
     return seen
 

@@ -23,15 +23,14 @@ import pytest
 import torch
 
 from hf_vanilla_transformer.errors import DECODING_RANGES, OptionError, check_decoding
-from hf_vanilla_transformer.inference import evaluation
-from hf_vanilla_transformer.inference.evaluation import Hypothesis
+from hf_vanilla_transformer.inference import decoding
+from hf_vanilla_transformer.inference.decoding import Hypothesis
+from hf_vanilla_transformer.inference.evaluation import EvaluateOptions, evaluate
 from hf_vanilla_transformer.inference.loading import decoding_attention, load_model
 from hf_vanilla_transformer.inference.translation import (
-    EvaluateOptions,
     TranslateOptions,
     Translation,
     _chunks,
-    evaluate,
     pharaoh,
     token_words,
     translate,
@@ -167,7 +166,7 @@ def test_scores_are_log_probability_over_the_length_penalty(num_beams) -> None:
     kwargs |= {"return_dict_in_generate": True, "output_scores": True}
     with torch.inference_mode():
         output = model.generate(input_ids=source, attention_mask=mask, **kwargs)
-        scores = evaluation._sequence_scores(model, output, kwargs)
+        scores = decoding.sequence_scores(model, output, kwargs)
         rows = output.sequences
         sources, masks = (tensor.repeat_interleave(num_beams, dim=0) for tensor in (source, mask))
         logits = model(input_ids=sources, attention_mask=masks, decoder_input_ids=rows[:, :-1]).logits
@@ -228,13 +227,13 @@ def test_bad_values_are_one_line_and_write_nothing(bpe_model, capsys, monkeypatc
 def watch_decoding_precision(monkeypatch) -> list[tuple[set[torch.dtype], bool]]:
     """Each decoding call's (parameter dtypes, bf16 autocast on), recorded in the returned list."""
     seen = []
-    translate_n_best = evaluation.translate_n_best
+    translate_n_best = decoding.translate_n_best
 
     def watch(model, *args, **kwargs):
         seen.append(({parameter.dtype for parameter in model.parameters()}, torch.is_autocast_enabled("cpu")))
         return translate_n_best(model, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "translate_n_best", watch)  # evaluate's decoding
+    monkeypatch.setattr(decoding, "translate_n_best", watch)  # evaluate's decoding
     monkeypatch.setattr("hf_vanilla_transformer.inference.translation.translate_n_best", watch)  # translate's
     return seen
 

@@ -12,7 +12,8 @@ import pytest
 import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.errors import OptionError
-from hf_vanilla_transformer.inference.translation import EvaluateOptions, TranslateOptions, evaluate, translate
+from hf_vanilla_transformer.inference.evaluation import EvaluateOptions, evaluate
+from hf_vanilla_transformer.inference.translation import TranslateOptions, translate
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 from hf_vanilla_transformer.training.averaging import AverageOptions, average
 from hf_vanilla_transformer.training.options import TrainOptions

@@ -1,6 +1,6 @@
 """Translating with a saved model folder (`translate`, `translate_stream`: the `translate` command; `Translator`: a
-loaded model, e.g. a server's) and scoring it on a test set (`evaluate`: the `evaluate` command), each from one typed
-options dataclass.
+loaded model, e.g. a server's), from one typed options dataclass (`TranslateOptions`). Scoring on a test set (the
+`evaluate` command) is evaluation.py's.
 
 Beside the model's own decoding, the decoding modes of data work (docs/translation.md, "Decoding modes"): sampling
 (back-translation), a forced target prefix per line (post-editing, interactive MT), hard word alignments from the
@@ -23,11 +23,9 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from transformers.utils import logging
 
 from ..errors import OptionError, check_decoding
-from ..files import existing_file, writable_file
-from . import evaluation
 from .attention_maps import eager_attention
-from .evaluation import evaluate_translations, source_token_counts, translate_n_best, write_results_json
-from .loading import check_precisions, load_model, load_tokenizer, model_folder, trained_languages
+from .decoding import sequence_scores, source_token_counts, translate_n_best
+from .loading import check_precisions, load_model, load_tokenizer, model_folder
 
 logger = logging.get_logger(__name__)
 
@@ -88,7 +86,7 @@ class TranslateOptions:
 
 class Translation(NamedTuple):
     """One output for one input line: its detokenized `text` (starting with the line's prefix, if any); with `scores`
-    (or `n_best`) its `score`, log P(Y | X) / lp(|Y|) as evaluation's `Hypothesis` defines it, over the tokens after
+    (or `n_best`) its `score`, log P(Y | X) / lp(|Y|) as decoding's `Hypothesis` defines it, over the tokens after
     the prefix (a sampled output's under the model's own distribution, not the top-k / top-p / temperature-shaped
     one it was drawn from); with `alignments` its `alignment`: (source word, output word) index pairs, 0-based, one
     per output word in output order, words being the white-space-separated pieces of the source line and of `text`
@@ -347,7 +345,7 @@ class Translator:
             with self._seeded():
                 output = model.generate(**inputs, **kwargs)
             sequences = output.sequences if searched_scores else output
-            scores = evaluation._sequence_scores(model, output, kwargs).tolist() if searched_scores else None
+            scores = sequence_scores(model, output, kwargs).tolist() if searched_scores else None
             cross = None
             if options.alignments or (self.scores and options.sampling):
                 scores, cross = self._teacher_forced(inputs, sequences, prefix_length, kwargs, scores)
@@ -387,7 +385,7 @@ class Translator:
         if self.scores and self.options.sampling:
             steps = output.logits[:, prefix_length:].float()  # the positions that predict the generated tokens
             forced = SimpleNamespace(sequences=sequences, scores=tuple(steps.unbind(1)))
-            scores = evaluation._sequence_scores(model, forced, kwargs).tolist()
+            scores = sequence_scores(model, forced, kwargs).tolist()
         cross = output.cross_attentions[-1].float().mean(1) if alignments else None  # (rows, H, T - 1, S) -> mean
         return scores, cross
 
@@ -443,9 +441,9 @@ def _default_beams(model_dir: Path) -> int:
 
 
 def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
-    """Chunks of at most `size` lines. Lines that say whether more are waiting (`ready()`: data.LineStream on a pipe)
-    make a chunk of what has come as soon as nothing more waits, so a line piped in is answered at once while a burst
-    of lines still fills whole batches; other iterables give chunks of `size`."""
+    """Chunks of at most `size` lines. Lines that say whether more are waiting (`ready()`: parallel_text.LineStream
+    on a pipe) make a chunk of what has come as soon as nothing more waits, so a line piped in is answered at once
+    while a burst of lines still fills whole batches; other iterables give chunks of `size`."""
     ready = getattr(lines, "ready", None)
     while chunk := list(itertools.islice(lines, 1 if ready is not None else size)):
         while ready is not None and len(chunk) < size and ready():
@@ -500,7 +498,7 @@ def translate_stream(
         )
 
 
-# Only "\n" (and "\r\n") end a line of the input (data.decode_lines) and "\t" separates the output's columns.
+# Only "\n" (and "\r\n") end a line of the input (parallel_text.decode_lines) and "\t" separates the output's columns.
 _ONE_FIELD = str.maketrans("\t\r\n", "   ")
 
 
@@ -530,86 +528,12 @@ def translate(options: TranslateOptions) -> list[str]:
     return [translations[0].text if translations else "" for translations in translate_stream(options)]
 
 
-@dataclass(frozen=True)
-class EvaluateOptions:
-    """Score `model_dir` on Multi30k's `split` (languages: the options', else the folder's results.json, else
-    en-de) or on the files `src` and `ref` (their first `max_sentences` pairs, if given); `output` receives the
-    scores and hypotheses as JSON."""
-
-    model_dir: str | os.PathLike
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    split: str = "test"
-    src: str | os.PathLike | None = None
-    ref: str | os.PathLike | None = None
-    batch_size: int = 64
-    num_beams: int | None = None
-    length_penalty: float | None = None  # α, with the model's kind of penalty (§6.1: GNMT, 0.6)
-    output: str | os.PathLike | None = None
-    progress: bool = True
-    max_input_tokens: int | None = None
-    trust_remote_code: bool = False
-    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
-    bf16_weights: bool = False  # the weights cast to bf16 (as translate's `bf16_weights`)
-    max_sentences: int | None = None
-
-
-def evaluate(options: EvaluateOptions) -> dict[str, Any]:
-    """Translate the test set with the model's own decoding (§6.1 unless `num_beams` / `length_penalty`) and score
-    it; returns `evaluation.evaluate_translations`' results (BLEU, lowercased BLEU, chrF, the signature, the
-    hypotheses)."""
-    # Here, not at the top: the test sets are read through `datasets` (the optional `train` extra), which
-    # translating does not need.
-    from ..training.data import load_multi30k, read_lines
-
-    model_dir = model_folder(options.model_dir, options.trust_remote_code)
-    check_decoding(
-        num_beams=options.num_beams, length_penalty=options.length_penalty, max_input_tokens=options.max_input_tokens
-    )
-    if options.max_sentences is not None and not options.max_sentences >= 1:
-        raise OptionError(f"`max_sentences={options.max_sentences}` must be at least 1, or None for every sentence.")
-    if (options.src is None) != (options.ref is None):
-        raise OptionError("`src` and `ref` go together; pass both files or neither.")
-    if options.output is not None:  # checked before the data is read and decoded, which can take long
-        inputs = [("model_dir", options.model_dir), ("src", options.src), ("ref", options.ref)]
-        writable_file(options.output, "output", "JSON", "scores.json", inputs)
-    if options.src is not None:
-        sources = read_lines(existing_file(options.src, "src"))
-        references = read_lines(existing_file(options.ref, "ref"))
-    else:
-        src_lang, tgt_lang = trained_languages(model_dir, options.src_lang, options.tgt_lang)
-        pairs = load_multi30k(src_lang, tgt_lang, splits=(options.split,))[options.split]
-        sources, references = list(pairs["source"]), list(pairs["target"])
-    sources, references = sources[: options.max_sentences], references[: options.max_sentences]
-    model = load_model(model_dir, options.trust_remote_code, int8=options.int8, bf16_weights=options.bf16_weights)
-    tokenizer = load_tokenizer(model_dir, options.trust_remote_code)
-    results = evaluate_translations(
-        model,
-        tokenizer,
-        sources,
-        references,
-        options.batch_size,
-        {
-            name: value
-            for name, value in (("num_beams", options.num_beams), ("length_penalty", options.length_penalty))
-            if value is not None
-        },
-        progress=options.progress,
-        max_input_tokens=options.max_input_tokens,
-    )
-    if options.output is not None:
-        write_results_json(options.output, results)
-    return results
-
-
 __all__ = [
-    "EvaluateOptions",
     "TranslateOptions",
     "Translation",
     "Translator",
     "check_translate_options",
     "decoding_beams",
-    "evaluate",
     "generation_kwargs",
     "is_blank",
     "pharaoh",

@@ -25,7 +25,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,63 +331,89 @@ def _translate_options(body: TranslateRequest, model: ServingModel, limits: Limi
     return options
 
 
-# ---------------------------------------------------------------------------------------------------- the app
+async def _answer(future: Any) -> Any:
+    """The result of a decoding the batcher ran, its errors as the API's."""
+    try:
+        return await asyncio.wrap_future(future)
+    except (ValueError, TypeError) as error:  # options transformers refuses for this model
+        raise ApiError(422, f"The decoding options were refused: {error}") from None
+    except Exception as error:
+        logger.exception("decoding failed")
+        raise ApiError(500, f"Decoding failed: {type(error).__name__}: {error}") from None
 
 
-def create_app(
-    model: ServingModel,
-    limits: Limits | None = None,
-    max_batch_tokens: int = 2048,
-    max_wait: float = 0.005,
-    max_queue: int = 256,
-    name: str = "model",
-) -> FastAPI:
-    """The ASGI app over `model`; its lifespan starts the batcher's worker and, at shutdown, answers every request
-    admitted before it stops. `max_wait` in seconds."""
-    limits = limits or Limits()
-    batcher = DynamicBatcher(
-        lambda key, sources: model.decode(key[0], key[1], sources), max_batch_tokens, max_wait, max_queue
-    )
-    # A seeded request's keys end with a number of its own: it is decoded alone, so its draws are its own.
-    exclusive = itertools.count()
+def _admitted(batcher: DynamicBatcher, submit: Callable[[], Any]) -> Any:
+    """`submit()` (a submission to `batcher`), a full queue or a server stopping answered 503 with Retry-After."""
+    try:
+        return submit()
+    except QueueFullError:
+        message = (
+            f"The server is busy: {batcher.max_queue} requests are waiting or being translated (the server's "
+            "--max-queue). Retry later."
+        )
+        raise ApiError(503, message, limit=batcher.max_queue, headers={"Retry-After": "1"}) from None
+    except ShuttingDownError as error:
+        raise ApiError(503, str(error), headers={"Retry-After": RETRY_AFTER}) from None
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
-        try:
-            yield
-        finally:
-            await asyncio.to_thread(batcher.close)
 
-    app = FastAPI(
-        title="hf-vanilla-transformer serve",
-        summary=f"Translation with {name} (Attention Is All You Need).",
-        lifespan=lifespan,
-    )
-    # Set when the server begins to stop (DrainingServer): requests not yet started are answered 503.
-    app.state.batcher, app.state.limits, app.state.stopping = batcher, limits, threading.Event()
-    page = PAGE.read_text(encoding="utf-8")
+async def _translate(
+    body: TranslateRequest, model: ServingModel, batcher: DynamicBatcher, limits: Limits, exclusive: Iterator[int]
+) -> dict[str, Any]:
+    """The answer of `POST /translate`: the non-blank sentences decoded in the batcher, blank ones answered with an
+    empty text."""
+    sources = _sentences(body.text, limits)
+    prefixes = _prefixes(body, len(sources), limits)
+    options = _translate_options(body, model, limits)
+    kept = [index for index, source in enumerate(sources) if source.strip()]
+    hypotheses: list[list[Any]] = [[] for _ in sources]
+    if kept:
+        # A seeded request's keys end with a number of its own: it is decoded alone, so its draws are its own.
+        token = next(exclusive) if options.seed is not None else None
+        counts = model.token_counts([sources[index] for index in kept], options.max_input_tokens)
+        items = [
+            Item((options, prefixes[index], token), sources[index], count)
+            for index, count in zip(kept, counts, strict=True)
+        ]
+        results = await _answer(_admitted(batcher, lambda: batcher.submit(items, together=token is not None)))
+        for index, result in zip(kept, results, strict=True):
+            hypotheses[index] = result
+    return {
+        "translations": [
+            {
+                "text": found[0].text if found else "",
+                "hypotheses": [
+                    {"text": item.text, "score": item.score, "alignment": item.alignment} for item in found
+                ],
+            }
+            for found in hypotheses
+        ]
+    }
 
-    async def answer(future: Any) -> Any:
-        try:
-            return await asyncio.wrap_future(future)
-        except (ValueError, TypeError) as error:  # options transformers refuses for this model
-            raise ApiError(422, f"The decoding options were refused: {error}") from None
-        except Exception as error:
-            logger.exception("decoding failed")
-            raise ApiError(500, f"Decoding failed: {type(error).__name__}: {error}") from None
 
-    def admitted(submit: Any) -> Any:
-        try:
-            return submit()
-        except QueueFullError:
-            message = (
-                f"The server is busy: {batcher.max_queue} requests are waiting or being translated (the server's "
-                "--max-queue). Retry later."
+def _check_attention_request(body: AttentionRequest, model: ServingModel, limits: Limits) -> None:
+    """422 for a blank or too long `text` or `translation`, or a layer or head the decoder does not have."""
+    if not body.text.strip():
+        raise ApiError(422, "`text` is blank; pass a sentence.", "text", body.text)
+    _check_text("text", body.text, limits)
+    if body.translation is not None:
+        _check_text("translation", body.translation, limits)
+    for field, value, count, what in (
+        ("layer", body.layer, model.decoder_layers, "layers"),
+        ("head", body.head, model.decoder_heads, "heads"),
+    ):
+        if value >= count:
+            raise ApiError(
+                422,
+                f"`{field}` {value} is out of range: the decoder has {count} {what} (0 to {count - 1}).",
+                field,
+                value,
+                limit=count - 1,
             )
-            raise ApiError(503, message, limit=batcher.max_queue, headers={"Retry-After": "1"}) from None
-        except ShuttingDownError as error:
-            raise ApiError(503, str(error), headers={"Retry-After": RETRY_AFTER}) from None
+
+
+def _add_error_handlers(app: FastAPI, limits: Limits) -> None:
+    """Every refusal in the API's one form ({"error", ...}): the API's own, Starlette's (404, 405, a body that is not
+    JSON), a body that fails validation, and a body over the limits (BodyLimit, before it is read whole)."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> ErrorResponse:
@@ -414,6 +440,45 @@ def create_app(
         "--max-sentences and --max-chars",
     )
 
+
+# ---------------------------------------------------------------------------------------------------- the app
+
+
+def create_app(
+    model: ServingModel,
+    limits: Limits | None = None,
+    max_batch_tokens: int = 2048,
+    max_wait: float = 0.005,
+    max_queue: int = 256,
+    name: str = "model",
+) -> FastAPI:
+    """The ASGI app over `model`; its lifespan starts the batcher's worker and, at shutdown, answers every request
+    admitted before it stops. `max_wait` in seconds."""
+    limits = limits or Limits()
+    batcher = DynamicBatcher(
+        lambda key, sources: model.decode(key[0], key[1], sources), max_batch_tokens, max_wait, max_queue
+    )
+    exclusive = itertools.count()  # the keys of seeded requests (`_translate`)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(batcher.close)
+
+    app = FastAPI(
+        title="hf-vanilla-transformer serve",
+        summary=f"Translation with {name} (Attention Is All You Need).",
+        lifespan=lifespan,
+    )
+    # Set when the server begins to stop (DrainingServer): requests not yet started are answered 503.
+    app.state.batcher, app.state.limits, app.state.stopping = batcher, limits, threading.Event()
+    page = PAGE.read_text(encoding="utf-8")
+
+    _add_error_handlers(app, limits)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
         return HTMLResponse(page)
@@ -436,57 +501,17 @@ def create_app(
     @app.post("/translate", response_model=TranslateResponse)
     async def translate(body: TranslateRequest) -> dict[str, Any]:
         """Translate one sentence or a list; decoding options as the `translate` command's."""
-        sources = _sentences(body.text, limits)
-        prefixes = _prefixes(body, len(sources), limits)
-        options = _translate_options(body, model, limits)
-        kept = [index for index, source in enumerate(sources) if source.strip()]
-        hypotheses: list[list[Any]] = [[] for _ in sources]
-        if kept:
-            token = next(exclusive) if options.seed is not None else None
-            counts = model.token_counts([sources[index] for index in kept], options.max_input_tokens)
-            items = [
-                Item((options, prefixes[index], token), sources[index], count)
-                for index, count in zip(kept, counts, strict=True)
-            ]
-            results = await answer(admitted(lambda: batcher.submit(items, together=token is not None)))
-            for index, result in zip(kept, results, strict=True):
-                hypotheses[index] = result
-        return {
-            "translations": [
-                {
-                    "text": found[0].text if found else "",
-                    "hypotheses": [
-                        {"text": item.text, "score": item.score, "alignment": item.alignment} for item in found
-                    ],
-                }
-                for found in hypotheses
-            ]
-        }
+        return await _translate(body, model, batcher, limits, exclusive)
 
     @app.post("/attention", response_model=AttentionResponse)
     async def attention(body: AttentionRequest) -> dict[str, Any]:
         """The encoder-decoder attention of one decoder layer and head, teacher-forced on `translation`."""
-        if not body.text.strip():
-            raise ApiError(422, "`text` is blank; pass a sentence.", "text", body.text)
-        _check_text("text", body.text, limits)
-        if body.translation is not None:
-            _check_text("translation", body.translation, limits)
-        for field, value, count, what in (
-            ("layer", body.layer, model.decoder_layers, "layers"),
-            ("head", body.head, model.decoder_heads, "heads"),
-        ):
-            if value >= count:
-                raise ApiError(
-                    422,
-                    f"`{field}` {value} is out of range: the decoder has {count} {what} (0 to {count - 1}).",
-                    field,
-                    value,
-                    limit=count - 1,
-                )
+        _check_attention_request(body, model, limits)
         target = body.translation if body.translation and body.translation.strip() else None
-        maps = await answer(
-            admitted(
-                lambda: batcher.run_exclusive(lambda: model.cross_attention(body.text, target, body.layer, body.head))
+        maps = await _answer(
+            _admitted(
+                batcher,
+                lambda: batcher.run_exclusive(lambda: model.cross_attention(body.text, target, body.layer, body.head)),
             )
         )
         return maps | {"layer": body.layer, "head": body.head}

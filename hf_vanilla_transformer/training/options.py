@@ -16,6 +16,7 @@ import torch
 
 from ..errors import OptionError, check_decoding
 from ..files import MODEL_DIR, RESULTS_FILE
+from ..hub_metadata import check_language, check_license, public_command
 from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 from .recipes import DEFAULT_RECIPE, Recipe
 
@@ -144,8 +145,8 @@ class TrainOptions:
     falls linearly to 0; None: the schedule runs to the end as it is.
     `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
     `command`: the command line that started the run, recorded in results.json and the model card with file names
-    for local paths (model_card.public_command: both are uploaded).
-    `license`: the Hub license id of the model card (model_card.HUB_LICENSES); None: the training data's own terms
+    for local paths (hub_metadata.public_command: both are uploaded).
+    `license`: the Hub license id of the model card (hub_metadata.HUB_LICENSES); None: the training data's own terms
     (Multi30k's), else none; "other" with `license_name`, the terms' kebab-case name. `src_lang`/`tgt_lang` are
     BCP-47 language tags as the Hub takes them (en, de, pt-BR, zh-Hant, eng). `check_report_values` checks them.
     The test set is scored at the end on its first `test_max_sentences` pairs (None: all) with `test_num_beams`
@@ -292,10 +293,9 @@ class TrainOptions:
 
 def check_report_values(options: TrainOptions) -> None:
     """The values of what the run reports, checked before any data is read: the test decoding's caps, the saved
-    model's decoding, and the languages and license that the model card writes, as the Hub takes them (model_card's
-    checks: a language tag such as en or pt-BR, a Hub license id; never a line break, markup or a 5,000-character
-    string in a card).
-    Without model_card (a missing extra) no card is written, and there is nothing to check."""
+    model's decoding, and the languages and license that the model card writes, as the Hub takes them (hub_metadata's
+    checks, always made: a language tag such as en or pt-BR, a Hub license id; never a line break, markup or a
+    5,000-character string in a card or results.json)."""
     for name in ("test_max_sentences", "test_num_beams", "num_beams"):
         value = getattr(options, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -307,10 +307,6 @@ def check_report_values(options: TrainOptions) -> None:
         eval_num_beams=options.eval_num_beams,
         length_penalty=options.length_penalty,
     )
-    try:
-        from model_card import check_language, check_license
-    except ImportError:
-        return
     try:
         check_language(options.src_lang, "src_lang")
         check_language(options.tgt_lang, "tgt_lang")
@@ -326,12 +322,8 @@ def recorded_command(options: TrainOptions) -> str | None:
 
 
 def public_command_line(command: str) -> str:
-    """A command line as results.json records it: local paths cut to file names (model_card.public_command), since
-    the model folder, results.json with it, is what `push` uploads. Without model_card there is no upload: as given."""
-    try:
-        from model_card import public_command
-    except ImportError:
-        return command
+    """A command line as results.json records it: local paths cut to file names (`hub_metadata.public_command`),
+    since the model folder, results.json with it, is what `push` uploads."""
     return public_command(command)
 
 
