@@ -1,7 +1,7 @@
 """The host's share of a training update: reading one token-budget batch from the Arrow table and padding it, as
 `VanillaSeq2SeqTrainer`'s data loader does (in the main process on a CPU, in worker processes on a CUDA device). On a
 GPU the model's step overlaps this work only while the host runs ahead of the GPU; a per-update read-back stops that,
-and then each update costs this much more (docs/results.md, "Compiled training on the H100").
+and then each update costs this much more (docs/runs/gpu.md, "Compiled training on the H100").
 
     .venv/bin/python -m bench.batch_prep [--max-tokens 25000 4096] [--vocab-size 37000] [--batches 40]
 
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from bench.bench import host
+from bench.common import host
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.training.collator import TrainingCollator
 from hf_vanilla_transformer.training.data import TokenizedPairs, load_multi30k, prepare_pairs

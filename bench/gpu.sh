@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU rows of docs/results.md ("Compiled training on one H100"), in one go on a machine with one CUDA GPU:
+# The GPU rows of docs/runs/gpu.md ("Compiled training on one H100"), in one go on a machine with one CUDA GPU:
 #   1. the paper's base configuration (d_model 512, 6 + 6 layers, 37k vocabulary) on Multi30k-like batches of the
 #      paper's size (25,000 tokens a side, §5.1), bf16 autocast, ours and MarianMTModel, eager and compiled, in one
 #      interleaved run: target tokens/s, MFU, peak GPU memory;

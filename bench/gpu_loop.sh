@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the training loop loses the GPU's time (docs/results.md, "Compiled training on the H100: it learns, and the
+# Where the training loop loses the GPU's time (docs/runs/gpu.md, "Compiled training on the H100: it learns, and the
 # training loop is the limit"): the paper-base recipe trained eagerly for TRAIN_MINUTES on the bundled Multi30k, two
 # ways in one go on a machine with one CUDA GPU, then each way's target tokens per second between logs:
 #   default          as `train` sets it up: batches read and padded in 2 worker processes, pinned, copied without

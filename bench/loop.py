@@ -19,7 +19,7 @@ import tempfile
 
 import torch
 
-from bench.bench import CONFIGS, host, paired_ratio, summary
+from bench.common import CONFIGS, host, paired_ratio, summary
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training.data import load_multi30k, prepare_pairs
 from hf_vanilla_transformer.training.tokenization import special_token_ids, train_bpe_tokenizer

@@ -5,7 +5,7 @@ autocast where oneDNN has bf16 kernels, above a size), for the row counts decodi
     .venv/bin/python -m bench.packed_projection [--vocab 8000] [--d-model 256] [--d-ff 1024] [--rows 1 4 16 64 320]
 
 Per layer shape (D -> D: attention projections, D -> F and F -> D: the FFN, D -> V: the output projection) and row
-count, prints the median microseconds of each (bench.bench's interleaved ABBA rounds after warm-up), their ratio
+count, prints the median microseconds of each (bench.common's interleaved ABBA rounds after warm-up), their ratio
 and the largest difference of the outputs.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from bench.bench import interleaved, summary
+from bench.common import interleaved, summary
 from hf_vanilla_transformer.inference.cpu_inference import (
     PACKED_LINEAR_MIN_MACS,
     inference_linear_dtype,

@@ -5,7 +5,7 @@ interleaved rep by rep in one process (ABBA), with the tokens compared.
 
     .venv/bin/python -m bench.prepare_step [--configs tiny base] [--reps 5] [--threads 2] [--json out.json]
 
-Cases: bench.bench's generation rows (batch 1 and 16, greedy and beam 4, exactly 40 new tokens), float32, random
+Cases: the bench's generation rows (batch 1 and 16, greedy and beam 4, exactly 40 new tokens), float32, random
 weights. Prints the median milliseconds per call and the median of per-rep ratios plain / prepared (1.30 means the
 prepared model is 1.3x faster). Not part of the tests.
 """
@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-from bench.bench import CONFIGS, build_ours, environment, generation, generation_cases, interleaved, paired_ratio
+from bench.common import CONFIGS, build_ours, environment, generation, generation_cases, interleaved, paired_ratio
 from hf_vanilla_transformer import prepare_for_cpu_inference
 
 

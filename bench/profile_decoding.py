@@ -4,10 +4,10 @@ and kwargs bookkeeping, beam search bookkeeping) plus our generation hooks.
 
     .venv/bin/python -m bench.profile_decoding --config tiny [--threads 1] [--reps 5] [--cprofile greedy/batch1]
 
-Settings as bench.bench's generation rows (the same weights, sources, exactly NEW_TOKENS new tokens, greedy and beam
+Settings as the bench's generation rows (the same weights, sources, exactly NEW_TOKENS new tokens, greedy and beam
 4, batch 1 and 16), our model prepared for CPU inference (`prepare_for_cpu_inference`) and decoded by transformers'
 own loop; times are medians. `--cprofile CASE` prints cProfile's top functions (by own time) for one case, to
-attribute the generic part. (bench/generation_overrides.py measures candidate loop overrides.)
+attribute the generic part.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bench.bench import CONFIGS, NEW_TOKENS, build_models, generation_cases
+from bench.common import CONFIGS, NEW_TOKENS, build_models, generation_cases
 from hf_vanilla_transformer.inference import prepare_for_cpu_inference
 
 

@@ -1,5 +1,5 @@
 """Where the time of one training step goes, eager and compiled: torch.profiler over the bench's four
-token-budget batches (bench.bench_batches), ours and `MarianMTModel`, after a warm-up that compiles.
+token-budget batches (bench/common.py's `bench_batches`), ours and `MarianMTModel`, after a warm-up that compiles.
 
     .venv/bin/python -m bench.profile_training --config tiny --dtype bf16 [--json out.json]
 
@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench import bench
+from bench.common import CONFIGS, MODELS, bench_batches, build_models, environment
+from bench.training import train_steps
 
 GEMM = ("mm", "addmm", "bmm", "linear", "matmul", "mkldnn", "onednn", "_weight_int8", "baddbmm")
 
@@ -35,10 +36,10 @@ def group(name: str) -> str:
 
 
 def profile_step(config: str, name: str, mode: str, dtype: str, top: int) -> dict[str, Any]:
-    size = bench.CONFIGS[config]
-    batches = bench.bench_batches(size["vocab_size"])
-    model = bench.build_models(size)[name]
-    step = bench.train_steps(torch.compile(model) if mode == "compiled" else model, batches, dtype)
+    size = CONFIGS[config]
+    batches = bench_batches(size["vocab_size"])
+    model = build_models(size)[name]
+    step = train_steps(torch.compile(model) if mode == "compiled" else model, batches, dtype)
     step()
     step()  # compiled: the recompile for the batches' other shapes happened in the first call
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -60,14 +61,14 @@ def profile_step(config: str, name: str, mode: str, dtype: str, top: int) -> dic
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", choices=sorted(bench.CONFIGS), default="tiny")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--models", nargs="+", choices=bench.MODELS, default=list(bench.MODELS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--modes", nargs="+", choices=("eager", "compiled"), default=["eager", "compiled"])
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--json", help="write the results to this JSON file")
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"environment": bench.environment(torch.get_num_threads()), "config": args.config}
+    results: dict[str, Any] = {"environment": environment(torch.get_num_threads()), "config": args.config}
     results["dtype"] = args.dtype
     for name in args.models:
         for mode in args.modes:

@@ -15,8 +15,8 @@ each must be answered 4xx and each good one 200, and a good request after them 2
 (`translate_n_best` in chunks of `--translate-batch-size` lines, as the command decodes; the model loaded first, not
 timed): its sentences/s and how many of the server's translations are identical to it.
 
-Not part of the test suite (tests/test_serve.py runs `--quick` with a tiny model); results go to docs/results.md with
-the host. Run it with nothing else on the machine.
+Not part of the test suite (tests/test_serve.py runs `--quick` with a tiny model); results go to
+docs/runs/serving-and-scale.md with the host. Run it with nothing else on the machine.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from transformers.utils import logging as transformers_logging
 
-from bench.bench import host
+from bench.common import host
 from hf_vanilla_transformer.inference.decoding import translate_n_best
 from hf_vanilla_transformer.inference.loading import load_model, load_tokenizer
 from hf_vanilla_transformer.training.data import MULTI30K_DIR

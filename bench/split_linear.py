@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from bench.bench import (
+from bench.common import (
     CONFIGS,
     build_models,
     environment,

@@ -1,21 +1,12 @@
-"""The bench's bookkeeping (bench/bench.py): the decoding table's CTranslate2 at both of its CPU settings, the
-comparison with the faster one and the targets it reports (synthetic times: no model runs here); the FLOPs behind
-the MFU of a training step."""
+"""The bench's bookkeeping: the decoding table's CTranslate2 at both of its CPU settings, the comparison with the
+faster one and the targets it reports (bench/decode.py; synthetic times: no model runs here); the FLOPs behind the
+MFU of a training step (bench/training.py)."""
 
 import torch
 
-from bench.bench import (
-    DECODE_TARGETS,
-    add_best_ct2_ratios,
-    add_ct2_times,
-    batch_flops,
-    build_models,
-    decode_targets,
-    make_batch,
-    summary,
-    train_flops,
-    training_loss,
-)
+from bench.common import build_models, make_batch, summary
+from bench.decode import DECODE_TARGETS, add_best_ct2_ratios, add_ct2_times, decode_targets
+from bench.training import batch_flops, train_flops, training_loss
 
 
 def row(ours_ms: float, marian_ratio: float, bf16_weights_ms: float | None = None) -> dict:

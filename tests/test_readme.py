@@ -255,15 +255,29 @@ def markdown_files() -> list[Path]:
     return [README, *sorted((ROOT / "docs").glob("**/*.md"))]
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lowercased, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    return {
+        re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        for title in re.findall(r"^#+ (.*)$", text, re.M)
+    }
+
+
 @pytest.mark.parametrize("page", markdown_files(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_relative_links_point_at_files_of_the_repository(page: Path) -> None:
+    """Every relative link names a file of the repository, and a `page.md#anchor` link a heading of that page (so a
+    section moved to another page is noticed)."""
     text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"[a-z]+:", target):
             continue
-        path = (page.parent / target.split("#")[0]).resolve()
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
         assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which is not in the repository"
         assert ROOT in path.parents or path == ROOT, f"{page.relative_to(ROOT)} links outside the repository"
+        if anchor and path.suffix == ".md":
+            assert anchor in heading_anchors(path), f"{page.relative_to(ROOT)} links to {target}: no such heading"
 
 
 @pytest.mark.parametrize("page", markdown_files(), ids=lambda path: str(path.relative_to(ROOT)))

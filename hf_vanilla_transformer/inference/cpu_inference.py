@@ -212,8 +212,8 @@ def few_row_split_pays() -> bool:
     """Whether `split_linear` speeds up a decoding step's few-row float32 products on this CPU: a fixed rule by CPU
     vendor (read once from /proc/cpuinfo), never a timing. On AMD CPUs a one-row `F.linear` runs on one core, and the
     split made batch-1 `generate()` 1.15-1.45x faster (AMD EPYC, 2 threads, bench/split_linear.py); on Intel CPUs it
-    made it 0.50-0.71x as fast (Intel Xeon with AMX, 2 threads, 2026-11-26, docs/results.md). False where the vendor
-    cannot be read."""
+    made it 0.50-0.71x as fast (Intel Xeon with AMX, 2 threads, 2026-11-26, docs/runs/decoding.md). False where the
+    vendor cannot be read."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             return any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in cpuinfo)
@@ -294,7 +294,7 @@ def keep_freed_memory() -> bool:
     mapping each, and the heap is not trimmed back below 2 GiB of free space). Decoding allocates and frees
     (rows, vocabulary) score tensors at every step; with glibc's defaults many are mapped afresh and their pages
     faulted in again: about 40,000 page faults per `generate()` of the base configuration with int8 layers at beam 4,
-    batch 16, which then took 1.25x as long (docs/results.md). The process keeps its peak memory from then on, as
+    batch 16, which then took 1.25x as long (docs/runs/decoding.md). The process keeps its peak memory from then on, as
     with jemalloc or tcmalloc. Returns False where there is no glibc (nothing is changed)."""
     if not sys.platform.startswith("linux"):
         return False

@@ -42,7 +42,7 @@ class TranslateOptions:
     (`Translation`); more than one needs at least N beams. `device`: one of loading.DEVICES. `bf16`: decode under bf16
     autocast (fast on GPUs and on CPUs with bf16 matrix units; CPUs without them emulate bf16 much slower than
     float32). `bf16_weights`: decode with the weights cast to bf16 (no autocast, every op in bf16): faster than
-    autocast on a CPU with bf16 matrix units (docs/results.md, the decoding table), at the same BLEU there.
+    autocast on a CPU with bf16 matrix units (docs/runs/decoding.md, the decoding table), at the same BLEU there.
 
     Decoding modes (docs/translation.md, "Decoding modes"):
     - `num_return_sequences`: N outputs per line (`n_best` is N with `scores`; pass one of the two); beam search

@@ -1,9 +1,9 @@
 """§5.4 dropout, with a faster keep mask on the CPU. Imports only torch: a saved folder carries it (remote code).
 
 On a CPU, torch's dropout draws one float32 uniform per element with its serial generator and took 11% of a training
-update of the Multi30k model in bf16 (docs/results.md, "Dropout on the CPU"). Here each element's keep decision is a
-32-bit slice of a 64-bit draw compared with p * 2^32: about 3x faster, and as exact (p to within 2^-33, where a
-float32 uniform resolves 2^-24). On a GPU (torch's fused kernel) and while compiling (inductor draws its own
+update of the Multi30k model in bf16 (docs/runs/training-speed.md, "Dropout on the CPU"). Here each element's keep
+decision is a 32-bit slice of a 64-bit draw compared with p * 2^32: about 3x faster, and as exact (p to within 2^-33,
+where a float32 uniform resolves 2^-24). On a GPU (torch's fused kernel) and while compiling (inductor draws its own
 numbers), torch's dropout runs unchanged.
 """
 

@@ -5,7 +5,7 @@ has accelerate wrap the model in `torch.compile`, inductor by default), made to 
   automatic dynamic shapes compile the first batch's shape, and at the first other shape recompile once with the
   batch and length dimensions symbolic; that graph then serves every later batch. On a GPU, inductor also guards on
   whether each length is a multiple of 8 (aligned matrix kernels), so up to a few more graphs follow, one per new
-  outcome of that test (docs/results.md, "Compiled training on the H100"). `CompileReportCallback` logs each new
+  outcome of that test (docs/runs/gpu.md, "Compiled training on the H100"). `CompileReportCallback` logs each new
   graph and the compile time, so a run whose recompiles do not stop says so in its log.
 - CUDA graphs (`torch_compile="graphs"`, or "auto" by `graphs_win`'s rule): `mode="reduce-overhead"` replays each
   update's forward and backward as CUDA graphs, with the batches padded to a few fixed shapes (static_shapes.py) so
@@ -51,9 +51,9 @@ def compile_failure(device: torch.device) -> str | None:
 
 def compile_wins(device: torch.device) -> str | None:
     """The `torch_compile="auto"` rule: the reason to compile on `device`, or None to train eagerly. A fixed rule,
-    never a timing taken at start-up. Evidence (docs/results.md, "Compiled training"): on 2 cores of an Intel Xeon
-    with AMX, compiled training ran at 0.68x (fp32) and 0.90x (bf16) of eager, `MarianMTModel` at 0.77x and 0.78x;
-    on one H100 (base configuration, the paper's 25k-token batches, bf16), at 1.50x, `MarianMTModel` at 1.29x:
+    never a timing taken at start-up. Evidence (docs/runs/training-speed.md, "Compiled training"): on 2 cores of an
+    Intel Xeon with AMX, compiled training ran at 0.68x (fp32) and 0.90x (bf16) of eager, `MarianMTModel` at 0.77x and
+    0.78x; on one H100 (base configuration, the paper's 25k-token batches, bf16), at 1.50x, `MarianMTModel` at 1.29x:
     inductor's Triton kernels fuse the pointwise work that eager launches one kernel at a time."""
     if device.type == "cuda":
         return "a GPU (Triton kernels fuse layer norm, dropout, softmax and the residual adds)"

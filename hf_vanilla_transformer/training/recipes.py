@@ -55,7 +55,7 @@ class Recipe:
     # "auto" in every recipe, each a fixed rule that `train` states in its log: bf16 autocast where the device has bf16
     # matrix units (trainer.resolve_bf16: AMX or AVX512-BF16 CPUs, GPUs of compute capability 8.0+, not the V100 or
     # T4 that only emulate it); compiling on a GPU only (compiling.compile_wins: on a 2-core CPU it slowed training
-    # to 0.68-0.90x eager, docs/results.md "Compiled training"), with CUDA graphs for launch-bound models
+    # to 0.68-0.90x eager, docs/runs/training-speed.md "Compiled training"), with CUDA graphs for launch-bound models
     # (compiling.graphs_win).
     bf16: str = "auto"
     torch_compile: str = "auto"
@@ -108,7 +108,7 @@ MULTI30K = Recipe(
 )
 
 # `make train-1h`: the main job's settings for an hour, bf16 where the device has bf16 matrix units, the §6.1
-# checkpoint spacing of 10 minutes and a learning curve. Measured (docs/results.md, "The main job and the timed
+# checkpoint spacing of 10 minutes and a learning curve. Measured (docs/runs/quality.md, "The main job and the timed
 # runs"): nine runs on four CPU hosts, 2,266-7,730 updates, test_2016 BLEU 38.69-39.32; past about 3,500 updates, more
 # of them do not help. The changes tried and not adopted on validation (P_drop, attention and ReLU dropout, warmup,
 # BPE size, model shape, cooldown) are in docs/runs/sweep.md. On the Zen 5 EPYC, val ranks the more regularised ones
