@@ -12,6 +12,7 @@ import difflib
 from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
+from transformers.utils import TRANSFORMERS_DYNAMIC_MODULE_NAME
 
 from .pipeline_vanilla_translation import VanillaTranslationPipeline
 
@@ -51,7 +52,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # Saved in config.json so that `pipeline("translation", model=dir, trust_remote_code=True)` finds the pipeline file
-# saved beside the weights. With this package imported, the task is registered natively instead (registration.py).
+# saved beside the weights. The installed package registers the task with transformers instead (registration.py), so
+# its config class drops the entry when loading (pipeline() would take the remote-code route and demand
+# trust_remote_code if the config listed it); a copy loaded as remote code (a module of transformers' dynamic-module
+# package) keeps it.
 # The pipeline's module is imported here, relatively, so that `save_pretrained` copies its file with this one (the
 # code files of a remote-code model are its modules and their relative imports): the file is in the folder before
 # `save_pretrained(..., push_to_hub=True)` uploads it.
@@ -62,8 +66,6 @@ _PIPELINE = {
 TRANSLATION_TASKS = ["translation"] + [
     f"translation_{src}_to_{tgt}" for src in ("en", "de", "fr") for tgt in ("en", "de", "fr") if src != tgt
 ]
-# Set by registration.py in the installed package only; a remote-code copy of this file keeps it False.
-NATIVE_PIPELINE = {"registered": False}
 
 _CHOICES = {
     "position_embedding_type": ("sinusoidal", "learned"),
@@ -188,9 +190,8 @@ class VanillaTransformerConfig(PretrainedConfig):
                     f"`{symbol}` is a paper symbol, not a config field (got {symbol}={kwargs[symbol]!r}). "
                     f"Set `{field}`, or use VanillaTransformerConfig.from_paper({symbol}=...)."
                 )
-        if NATIVE_PIPELINE["registered"]:
-            # pipeline() would take the remote-code route (and demand trust_remote_code) if the config listed it.
-            kwargs.pop("custom_pipelines", None)
+        if not type(self).__module__.startswith(f"{TRANSFORMERS_DYNAMIC_MODULE_NAME}."):
+            kwargs.pop("custom_pipelines", None)  # the installed package's class: see _PIPELINE
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
         super().__post_init__(**kwargs)
         self.validate()

@@ -5,10 +5,10 @@ decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
 Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
-input_checks.py (clear errors for wrong inputs), dropout.py (§5.4 dropout, its mask drawn faster on a CPU),
-label_smoothed_loss.py (the fused training loss) and generation_vanilla_transformer.py (§6.1 decoding). The model is
-plain PyTorch: CPU inference speed is an explicit step of the package
-(`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
+input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss) and
+generation_vanilla_transformer.py (§6.1 decoding). The model is plain PyTorch (§5.4 dropout is `nn.Dropout`): CPU
+inference and training speed are explicit steps of the package (`hf_vanilla_transformer.prepare_for_cpu_inference`,
+training/cpu_training.py), never taken at load.
 """
 
 import json
@@ -38,7 +38,6 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .dropout import dropout
 from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
 from .input_checks import (
     check_embeddings,
@@ -183,9 +182,9 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         if self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
+        hidden_states = self.activation_dropout(hidden_states)
         hidden_states = self.fc2(hidden_states)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states
@@ -317,8 +316,8 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__()
         self.normalize_before = config.normalize_before
-        self.dropout = config.dropout
-        self.activation_dropout = config.activation_dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on each sub-layer's output
+        self.activation_dropout = nn.Dropout(config.activation_dropout)  # Deviation hook (paper: none)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads)
         self.self_attn_layer_norm = build_layer_norm(config)
         self.activation_fn = ACT2FN[config.activation_function]
@@ -338,7 +337,7 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -352,8 +351,8 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int) -> None:
         super().__init__()
         self.normalize_before = config.normalize_before
-        self.dropout = config.dropout
-        self.activation_dropout = config.activation_dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on each sub-layer's output
+        self.activation_dropout = nn.Dropout(config.activation_dropout)  # Deviation hook (paper: none)
         heads = config.decoder_attention_heads
         self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
         self.self_attn_layer_norm = build_layer_norm(config)
@@ -381,7 +380,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         hidden_states, _ = self.self_attn(
             hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -396,7 +395,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
             attention_mask=encoder_attention_mask,
             **kwargs,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
@@ -495,7 +494,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
-        self.dropout = config.dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on embeddings + positions
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_embedding(config)
@@ -522,7 +521,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         # §5.4: dropout on the sums of the embeddings and the positional encodings.
         positions = self.embed_positions(position_ids, inputs_embeds.shape[1])
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = self.dropout(hidden_states)
         check_mask(attention_mask, inputs_embeds, "attention_mask")
         attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -549,7 +548,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
-        self.dropout = config.dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on embeddings + positions
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_embedding(config)
@@ -612,7 +611,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = self.dropout(hidden_states)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
