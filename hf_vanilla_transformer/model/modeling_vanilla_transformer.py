@@ -733,6 +733,38 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def token_level_loss(
+    lm_head: nn.Linear,
+    hidden_states: torch.Tensor,
+    logits: torch.Tensor | None,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: torch.Tensor | int | None,
+) -> torch.Tensor:
+    """Token-level cross-entropy with label smoothing ε_ls (§5.4) of hidden_states (B, T, D) against labels (B, T),
+    -100 ignored: from the logits (B, T, V), or, when they are None, fused with the projection `lm_head` in row
+    chunks (`linear_label_smoothed_cross_entropy`). The mean over this batch's targets, or the sum over
+    `num_items_in_batch` (the accumulated batch's targets under gradient accumulation)."""
+    labels = labels.to(hidden_states.device)
+    if logits is not None:
+        loss = nn.functional.cross_entropy(
+            logits.float().flatten(0, 1),  # (B, T, V) -> (B*T, V)
+            labels.flatten(),
+            ignore_index=-100,
+            reduction="sum",
+            label_smoothing=label_smoothing,
+        )
+    else:
+        loss = linear_label_smoothed_cross_entropy(
+            hidden_states.flatten(0, 1),  # (B, T, D) -> (B*T, D)
+            lm_head.weight,
+            lm_head.bias,
+            labels.flatten(),
+            label_smoothing,
+        )
+    return loss / (labels.ne(-100).sum() if num_items_in_batch is None else num_items_in_batch)
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
@@ -808,31 +840,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        loss = logits = None
         check_labels(labels, hidden_states)
         self._warn_of_a_tied_adapter()
-        if not skip_logits:
-            logits = self.lm_head(hidden_states)
+        logits = None if skip_logits else self.lm_head(hidden_states)
+        loss = None
         if labels is not None:
-            labels = labels.to(hidden_states.device)
-            if not skip_logits:
-                loss = nn.functional.cross_entropy(
-                    logits.float().flatten(0, 1),  # (B, T, V) -> (B*T, V)
-                    labels.flatten(),
-                    ignore_index=-100,
-                    reduction="sum",
-                    label_smoothing=label_smoothing,
-                )
-            else:
-                loss = linear_label_smoothed_cross_entropy(
-                    hidden_states.flatten(0, 1),  # (B, T, D) -> (B*T, D)
-                    self.lm_head.weight,
-                    self.lm_head.bias,
-                    labels.flatten(),
-                    label_smoothing,
-                )
-            # Token-level mean: over this batch's targets, or over the accumulated batch's (gradient accumulation).
-            loss = loss / (labels.ne(-100).sum() if num_items_in_batch is None else num_items_in_batch)
+            loss = token_level_loss(self.lm_head, hidden_states, logits, labels, label_smoothing, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
