@@ -39,6 +39,7 @@ from conversion.marian import vanilla_to_marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.inference.cpu_inference import keep_freed_memory, prepare_for_cpu_inference
 from hf_vanilla_transformer.training.compiling import compile_counts, compile_failure
+from hf_vanilla_transformer.training.cpu_training import prepare_for_cpu_training
 from hf_vanilla_transformer.training.trainer import resolve_bf16
 
 # Sizes: "tiny" is the Multi30k model (`make train`'s transformer-multi30k preset); "base" is the paper's base
@@ -258,6 +259,7 @@ def train_steps(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[
 
     def run() -> float:
         model.train()
+        prepare_for_cpu_training(model)  # as VanillaSeq2SeqTrainer's training step (Marian has no nn.Dropout)
         loss = torch.zeros(())
         for batch in batches:
             with autocast(dtype):
