@@ -4,7 +4,8 @@ decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
-Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
+Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, huggingface_hub
+and safetensors):
 input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss) and
 generation_vanilla_transformer.py (§6.1 decoding). The model is plain PyTorch (§5.4 dropout is `nn.Dropout`): CPU
 inference and training speed are explicit steps of the package (`hf_vanilla_transformer.prepare_for_cpu_inference`,
