@@ -27,6 +27,7 @@ from bench.common import (
 )
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training.compiling import compile_counts
+from hf_vanilla_transformer.training.cpu_training import prepare_for_cpu_training
 
 LABEL_SMOOTHING = 0.1  # §5.4
 
@@ -54,6 +55,7 @@ def train_steps(model: nn.Module, batches: list[Batch], dtype: str) -> Callable[
 
     def run() -> float:
         model.train()
+        prepare_for_cpu_training(model)  # as VanillaSeq2SeqTrainer's training step (Marian has no nn.Dropout)
         loss = torch.zeros(())
         for batch in batches:
             with autocast(dtype):

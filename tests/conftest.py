@@ -30,7 +30,6 @@ WITHOUT_THE_PACKAGE = textwrap.dedent(
 CODE_FILES = frozenset(
     {
         "configuration_vanilla_transformer.py",
-        "dropout.py",
         "generation_vanilla_transformer.py",
         "input_checks.py",
         "label_smoothed_loss.py",

@@ -170,3 +170,19 @@ def test_a_config_no_machine_can_hold_is_refused_naming_the_field(overrides: dic
     # The largest paper model stays far below the cap, and a config just under it is accepted.
     VanillaTransformerConfig.from_preset("transformer-big", vocab_size=10**6)
     VanillaTransformerConfig(max_position_embeddings=2**46 // (4 * 2 * 512) - 10**8)
+
+
+def test_a_field_set_after_construction_is_checked_with_the_same_error() -> None:
+    """`@strict`: a field's own check runs on every assignment, not only at construction, and says the same thing;
+    the config keeps its value."""
+    config = VanillaTransformerConfig()
+    for name, value, message in [
+        ("d_model", 0, "`d_model` must be a positive integer, got 0."),
+        ("dropout", 1.5, "`dropout` must be a probability in [0, 1), got 1.5. The paper uses 0.1 (§5.4)."),
+        ("sinusoidal_layout", "t2t", "`sinusoidal_layout` must be one of ('interleaved', 'concat', 'fairseq')"),
+        ("eos_token_id", "2", "`eos_token_id` must be an integer token id or None, got '2'."),
+    ]:
+        before = getattr(config, name)
+        with pytest.raises(ValueError) as error:
+            setattr(config, name, value)
+        assert message in str(error.value) and getattr(config, name) == before

@@ -1,4 +1,5 @@
-"""§5.4 dropout (hf_vanilla_transformer/model/dropout.py): the CPU keep mask drawn from 32-bit slices of 64-bit
+"""§5.4 dropout's CPU keep mask (hf_vanilla_transformer/training/cpu_training.py, applied by the training step): the
+mask drawn from 32-bit slices of 64-bit
 draws must be dropout, checked against its definition: each element zeroed with probability p, independently of
 the others (the two halves of one draw too), the rest scaled by 1 / (1 - p), the gradient the same mask, fresh masks
 per call and seeded ones under torch.manual_seed; elsewhere torch's own dropout."""
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from hf_vanilla_transformer.model.dropout import dropout
+from hf_vanilla_transformer.training.cpu_training import CpuDropout, dropout, prepare_for_cpu_training
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])
@@ -79,8 +80,9 @@ def test_compiling_and_p_near_one_use_torch_dropout(monkeypatch) -> None:
 
 
 def test_the_model_trains_with_it(monkeypatch) -> None:
-    """The model's residual, embedding and ReLU dropouts go through it: counted calls in one training forward."""
-    from hf_vanilla_transformer.model import modeling_vanilla_transformer as modeling
+    """Once prepared, the model's residual, embedding and ReLU dropouts go through it: counted calls in one training
+    forward."""
+    from hf_vanilla_transformer.training import cpu_training
 
     from .conftest import random_batch, tiny_model
 
@@ -90,11 +92,48 @@ def test_the_model_trains_with_it(monkeypatch) -> None:
         calls.append(p)
         return dropout(hidden_states, p, training)
 
-    monkeypatch.setattr(modeling, "dropout", counting)
-    model = tiny_model(dropout=0.1, activation_dropout=0.2).train()
+    monkeypatch.setattr(cpu_training, "dropout", counting)
+    model = prepare_for_cpu_training(tiny_model(dropout=0.1, activation_dropout=0.2).train())
     model(**random_batch()).loss.backward()
     # 2 + 2 layers: embeddings 2, encoder 2 x (attention, ReLU, FFN), decoder 2 x (self, cross, ReLU, FFN).
     assert sorted(calls) == sorted([0.1] * 2 + [0.1, 0.2, 0.1] * 2 + [0.1, 0.1, 0.2, 0.1] * 2)
+
+
+def test_the_model_code_is_plain_torch_dropout_until_prepared() -> None:
+    """The model (remote code) builds torch's `nn.Dropout`; the step turns each into a `CpuDropout` in place, the
+    same modules and state_dict, and a second call changes nothing."""
+    from .conftest import tiny_model
+
+    model = tiny_model(dropout=0.1, activation_dropout=0.2)
+    kinds = {name: type(module) for name, module in model.named_modules() if isinstance(module, nn.Dropout)}
+    assert set(kinds.values()) == {nn.Dropout} and len(kinds) == 2 + 2 * 2 + 2 * 2, kinds
+    before = {name: id(module) for name, module in model.named_modules()}
+    keys = list(model.state_dict())
+    for _ in range(2):
+        assert prepare_for_cpu_training(model) is model
+        prepared = {name: type(module) for name, module in model.named_modules() if name in kinds}
+        assert set(prepared.values()) == {CpuDropout}
+        assert {name: id(module) for name, module in model.named_modules()} == before
+        assert list(model.state_dict()) == keys
+
+
+def test_the_training_step_prepares_the_model(tmp_path) -> None:
+    """The trainer's training step takes the CPU step: after one update every dropout of the model is a
+    `CpuDropout`."""
+    from datasets import Dataset
+
+    from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
+
+    from .conftest import tiny_model
+
+    model = tiny_model(dropout=0.1)
+    pairs = Dataset.from_dict({"input_ids": [[5, 6, 7, 2], [8, 9, 2]] * 4, "labels": [[10, 11, 2], [12, 2]] * 4})
+    args = VanillaSeq2SeqTrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], disable_tqdm=True, max_steps=1, save_strategy="no"
+    )
+    VanillaSeq2SeqTrainer(model=model, args=args, train_dataset=pairs).train()
+    kinds = {type(module) for module in model.modules() if isinstance(module, nn.Dropout)}
+    assert kinds == {CpuDropout}
 
 
 @pytest.mark.parametrize("use_reentrant", [False, True])
@@ -104,7 +143,7 @@ def test_gradient_checkpointing_recomputes_the_same_masks(use_reentrant: bool) -
     from .conftest import random_batch, tiny_model
 
     def gradients(checkpointing: bool) -> dict[str, torch.Tensor]:
-        model = tiny_model(dropout=0.3, activation_dropout=0.2).train()
+        model = prepare_for_cpu_training(tiny_model(dropout=0.3, activation_dropout=0.2).train())
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
         torch.manual_seed(7)

@@ -165,8 +165,6 @@ def test_positions_and_sqrt_d_model_scaling_enter_the_encoder() -> None:
 
 def test_dropout_only_at_the_papers_sites(monkeypatch: pytest.MonkeyPatch) -> None:
     """§5.4: dropout on each sub-layer output and on embeddings + positions; none on attention weights or ReLU."""
-    from hf_vanilla_transformer.model import modeling_vanilla_transformer as modeling
-
     model = tiny_model(dropout=0.1).train()
     calls: list[float] = []
 
@@ -178,9 +176,8 @@ def test_dropout_only_at_the_papers_sites(monkeypatch: pytest.MonkeyPatch) -> No
 
         return record
 
-    # The model's own dropout (model/dropout.py) and torch's, which the eager attention would use on its weights.
+    # torch's dropout: the model's nn.Dropout modules, and the eager attention's on its weights.
     monkeypatch.setattr(torch.nn.functional, "dropout", recording(torch.nn.functional.dropout))
-    monkeypatch.setattr(modeling, "dropout", recording(modeling.dropout))
     model.set_attn_implementation("eager")
     model(**random_batch())
     # encoder: embeddings + 2 sub-layers × 2 layers; decoder: embeddings + 3 sub-layers × 2 layers

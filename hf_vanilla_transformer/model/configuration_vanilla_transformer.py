@@ -5,13 +5,16 @@ only by `VanillaTransformerConfig.from_paper` and the presets. Defaults are the 
 Every departure from the paper is a field whose default is the paper's value and whose docstring says "Deviation:".
 """
 
-from __future__ import annotations
-
 import dataclasses
 import difflib
+import functools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+from huggingface_hub.dataclasses import as_validated_field, strict
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import PretrainedConfig
+from transformers.utils import TRANSFORMERS_DYNAMIC_MODULE_NAME
 
 from .pipeline_vanilla_translation import VanillaTranslationPipeline
 
@@ -51,7 +54,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # Saved in config.json so that `pipeline("translation", model=dir, trust_remote_code=True)` finds the pipeline file
-# saved beside the weights. With this package imported, the task is registered natively instead (registration.py).
+# saved beside the weights. The installed package registers the task with transformers instead (registration.py), so
+# its config class drops the entry when loading (pipeline() would take the remote-code route and demand
+# trust_remote_code if the config listed it); a copy loaded as remote code (a module of transformers' dynamic-module
+# package) keeps it.
 # The pipeline's module is imported here, relatively, so that `save_pretrained` copies its file with this one (the
 # code files of a remote-code model are its modules and their relative imports): the file is in the folder before
 # `save_pretrained(..., push_to_hub=True)` uploads it.
@@ -62,45 +68,109 @@ _PIPELINE = {
 TRANSLATION_TASKS = ["translation"] + [
     f"translation_{src}_to_{tgt}" for src in ("en", "de", "fr") for tgt in ("en", "de", "fr") if src != tgt
 ]
-# Set by registration.py in the installed package only; a remote-code copy of this file keeps it False.
-NATIVE_PIPELINE = {"registered": False}
 
-_CHOICES = {
-    "position_embedding_type": ("sinusoidal", "learned"),
-    "sinusoidal_layout": ("interleaved", "concat", "fairseq"),
-    "activation_function": ("relu", "gelu", "silu", "swish", "gelu_new"),
-    "layer_norm_type": ("standard", "annotated_std"),
-}
-_PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout")
-_POSITIVE_INTS = (
-    "vocab_size",
-    "d_model",
-    "encoder_layers",
-    "decoder_layers",
-    "encoder_attention_heads",
-    "decoder_attention_heads",
-    "encoder_ffn_dim",
-    "decoder_ffn_dim",
-    "max_position_embeddings",
-)
+
+class FieldError(ValueError):
+    """A field validator's refusal; the config names the field in front of it (`strict_value_errors`)."""
+
+
+@as_validated_field
+def positive_int(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldError(f"must be a positive integer, got {value!r}.")
+
+
+@as_validated_field
+def non_negative_int(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FieldError(f"must be a non-negative integer, got {value!r}.")
+
+
+@as_validated_field
+def positive_number(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise FieldError(f"must be a positive number, got {value!r}.")
+
+
+@as_validated_field
+def true_or_false(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise FieldError(f"must be True or False, got {value!r}.")
+
+
+@as_validated_field
+def token_id(value: Any) -> None:
+    """The type of a special token id; `validate_token_ids` checks that it lies inside the vocabulary."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise FieldError(f"must be an integer token id or None, got {value!r}.")
+
+
+def probability(paper: str) -> Callable[..., Any]:
+    """A dropout probability field; `paper` says what the paper uses."""
+
+    @as_validated_field
+    def check(value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise FieldError(f"must be a probability in [0, 1), got {value!r}. The paper {paper}.")
+
+    return check
+
+
+def one_of(*choices: str) -> Callable[..., Any]:
+    """A field taking one of `choices`."""
+
+    @as_validated_field
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise FieldError(f"must be one of {choices}, got {value!r}.")
+
+    return check
+
+
+def strict_value_errors(cls: type) -> type:
+    """`@strict`'s checks, with the errors this config has always raised: `@strict` wraps a validator's ValueError
+    in a `StrictDataclass*ValidationError` (not a ValueError), and checks a field's type before the field's own
+    validator can name the fix. Here each field's own validator runs first, and its refusal comes out as one
+    ValueError naming the field, the value and the fix (callers and the command line rely on that); a class
+    validator's ValueError (`validate_*`, transformers' own too) comes out as it was raised."""
+    for validators in cls.__validators__.values():
+        if len(validators) > 1:
+            validators.append(validators.pop(0))  # the type check after the field's own validator
+    strict_setattr, strict_validate = cls.__setattr__, cls.validate
+
+    @functools.wraps(strict_setattr)
+    def setattr_naming_the_field(self: Any, name: str, value: Any) -> None:
+        try:
+            strict_setattr(self, name, value)
+        except StrictDataclassFieldValidationError as error:
+            if isinstance(error.__cause__, FieldError):
+                raise FieldError(f"`{name}` {error.__cause__}") from None
+            raise
+
+    @functools.wraps(strict_validate)
+    def validate(self: Any) -> None:
+        try:
+            strict_validate(self)
+        except StrictDataclassClassValidationError as error:
+            if isinstance(error.__cause__, ValueError):
+                raise error.__cause__ from None
+            raise
+
+    validate.__is_defined_by_strict_decorator__ = True  # a subclass may be decorated again
+    cls.__setattr__, cls.validate = setattr_naming_the_field, validate
+    return cls
+
+
 # The most memory a model of this config may need, 2**46 bytes (64 TiB): more than any one machine holds (the largest
 # servers have tens of TiB). A config asking more holds a value no machine can load (a `d_model` of 10**9), refused
 # when the config is made, before the allocator refuses terabytes with a traceback.
 MAX_MODEL_BYTES = 2**46
 # Bytes a value of the model takes in the dtypes a config may record; float32 (this package's) where it records none.
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
-_BOOLS = (
-    "scale_embedding",
-    "share_encoder_decoder_embeddings",
-    "tie_word_embeddings",
-    "normalize_before",
-    "add_final_layer_norm",
-    "lm_head_bias",
-    "use_cache",
-    "is_encoder_decoder",
-)
 
 
+@strict_value_errors
+@strict
 class VanillaTransformerConfig(PretrainedConfig):
     r"""Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
 
@@ -147,39 +217,39 @@ class VanillaTransformerConfig(PretrainedConfig):
         "num_hidden_layers": "encoder_layers",
     }
 
-    vocab_size: int = 37000
-    decoder_vocab_size: int | None = None
-    d_model: int = 512
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    encoder_attention_heads: int = 8
-    decoder_attention_heads: int = 8
-    encoder_ffn_dim: int = 2048
-    decoder_ffn_dim: int = 2048
-    activation_function: str = "relu"
-    dropout: float | int = 0.1
-    attention_dropout: float | int = 0.0
-    activation_dropout: float | int = 0.0
-    scale_embedding: bool = True
-    share_encoder_decoder_embeddings: bool = True
-    tie_word_embeddings: bool = True
-    lm_head_bias: bool = False
-    max_position_embeddings: int = 1024
-    position_embedding_type: str = "sinusoidal"
-    sinusoidal_layout: str = "interleaved"
-    position_offset: int = 0
-    normalize_before: bool = False
-    add_final_layer_norm: bool = False
-    layer_norm_eps: float = 1e-5
-    layer_norm_type: str = "standard"
-    init_std: float = 0.02
-    use_cache: bool = True
-    is_encoder_decoder: bool = True
-    bos_token_id: int | None = 0
-    pad_token_id: int | None = 1
-    eos_token_id: int | None = 2
+    vocab_size: int = positive_int(default=37000)
+    decoder_vocab_size: int | None = None  # `vocab_size` when None (__post_init__); checked in validate_architecture
+    d_model: int = positive_int(default=512)
+    encoder_layers: int = positive_int(default=6)
+    decoder_layers: int = positive_int(default=6)
+    encoder_attention_heads: int = positive_int(default=8)
+    decoder_attention_heads: int = positive_int(default=8)
+    encoder_ffn_dim: int = positive_int(default=2048)
+    decoder_ffn_dim: int = positive_int(default=2048)
+    activation_function: str = one_of("relu", "gelu", "silu", "swish", "gelu_new")(default="relu")
+    dropout: float | int = probability("uses 0.1 (§5.4)")(default=0.1)
+    attention_dropout: float | int = probability("has none (0.0)")(default=0.0)
+    activation_dropout: float | int = probability("has none (0.0)")(default=0.0)
+    scale_embedding: bool = true_or_false(default=True)
+    share_encoder_decoder_embeddings: bool = true_or_false(default=True)
+    tie_word_embeddings: bool = true_or_false(default=True)
+    lm_head_bias: bool = true_or_false(default=False)
+    max_position_embeddings: int = positive_int(default=1024)
+    position_embedding_type: str = one_of("sinusoidal", "learned")(default="sinusoidal")
+    sinusoidal_layout: str = one_of("interleaved", "concat", "fairseq")(default="interleaved")
+    position_offset: int = non_negative_int(default=0)
+    normalize_before: bool = true_or_false(default=False)
+    add_final_layer_norm: bool = true_or_false(default=False)
+    layer_norm_eps: float | int = positive_number(default=1e-5)
+    layer_norm_type: str = one_of("standard", "annotated_std")(default="standard")
+    init_std: float | int = positive_number(default=0.02)
+    use_cache: bool = true_or_false(default=True)
+    is_encoder_decoder: bool = true_or_false(default=True)
+    bos_token_id: int | None = token_id(default=0)
+    pad_token_id: int | None = token_id(default=1)
+    eos_token_id: int | None = token_id(default=2)
     # The decoder starts from <pad> (Marian's convention), so that exports to Marian/CTranslate2 decode alike.
-    decoder_start_token_id: int | None = 1
+    decoder_start_token_id: int | None = token_id(default=1)
 
     def __post_init__(self, **kwargs: Any) -> None:
         for symbol, field in PAPER_SYMBOLS.items():
@@ -188,45 +258,17 @@ class VanillaTransformerConfig(PretrainedConfig):
                     f"`{symbol}` is a paper symbol, not a config field (got {symbol}={kwargs[symbol]!r}). "
                     f"Set `{field}`, or use VanillaTransformerConfig.from_paper({symbol}=...)."
                 )
-        if NATIVE_PIPELINE["registered"]:
-            # pipeline() would take the remote-code route (and demand trust_remote_code) if the config listed it.
-            kwargs.pop("custom_pipelines", None)
+        if not type(self).__module__.startswith(f"{TRANSFORMERS_DYNAMIC_MODULE_NAME}."):
+            kwargs.pop("custom_pipelines", None)  # the installed package's class: see _PIPELINE
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
         super().__post_init__(**kwargs)
-        self.validate()
-
-    def validate(self) -> None:
-        """Run every `validate_*` class validator, transformers' own (`validate_output_attentions`,
-        `validate_layer_type`, ...) and this config's (`validate_architecture`, `validate_token_ids`, which extend
-        transformers' hooks of those names), in name order: architecture first.
-
-        This is what the `validate` that `@strict` installs does, except for the error type: `@strict` wraps each
-        validator's ValueError in a `StrictDataclassClassValidationError` (not a ValueError) and adds type checks
-        on assignment that raise one before these checks can name the fix; callers and the CLI rely on one
-        ValueError whose message names the field, the value and the fix. So the class is not decorated with
-        `@strict`, and this method (which `PreTrainedConfig.save_pretrained` also calls) runs the same hooks."""
-        for name in sorted(dir(self)):
-            if name.startswith("validate_") and callable(validator := getattr(self, name)):
-                validator()
 
     def validate_architecture(self) -> None:
-        """Check every field but the special tokens; each error names the field, the value and the fix. Then
-        transformers' own architecture check."""
-        for name in (*_POSITIVE_INTS, "decoder_vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        for name in _BOOLS:
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        for name in _PROBABILITIES:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                paper = "uses 0.1 (§5.4)" if name == "dropout" else "has none (0.0)"
-                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}. The paper {paper}.")
-        for name, choices in _CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ValueError(f"`{name}` must be one of {choices}, got {getattr(self, name)!r}.")
+        """The checks across fields (each field's own runs when it is set); each error names the fields, the values
+        and the fix. Then transformers' own architecture check."""
+        value = self.decoder_vocab_size
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`decoder_vocab_size` must be a positive integer, got {value!r}.")
         for side in ("encoder", "decoder"):
             heads = getattr(self, f"{side}_attention_heads")
             if self.d_model % heads:
@@ -236,14 +278,6 @@ class VanillaTransformerConfig(PretrainedConfig):
                 )
         if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"`d_model` must be even for sinusoidal positions (§3.5), got {self.d_model}.")
-        if isinstance(self.position_offset, bool) or not isinstance(self.position_offset, int):
-            raise ValueError(f"`position_offset` must be a non-negative integer, got {self.position_offset!r}.")
-        if self.position_offset < 0:
-            raise ValueError(f"`position_offset` must be a non-negative integer, got {self.position_offset!r}.")
-        for name in ("layer_norm_eps", "init_std"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
             raise ValueError(
                 f"`decoder_vocab_size` ({self.decoder_vocab_size}) differs from `vocab_size` ({self.vocab_size}) "
@@ -302,11 +336,10 @@ class VanillaTransformerConfig(PretrainedConfig):
         self.check_memory()
 
     def validate_token_ids(self) -> None:
-        """Special token ids are None or inside the vocabulary (transformers' own check only warns)."""
+        """Special token ids (integers or None, `token_id`) lie inside the vocabulary (transformers' own check only
+        warns)."""
         for name in ("bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"`{name}` must be an integer token id or None, got {value!r}.")
             limit = self.vocab_size if name in ("bos_token_id",) else self.decoder_vocab_size
             limit = min(self.vocab_size, self.decoder_vocab_size) if name == "pad_token_id" else limit
             if value is not None and not 0 <= value < limit:
@@ -342,7 +375,7 @@ class VanillaTransformerConfig(PretrainedConfig):
         h: int = 8,
         P_drop: float = 0.1,  # noqa: N803
         **hf_overrides: Any,
-    ) -> VanillaTransformerConfig:
+    ) -> "VanillaTransformerConfig":
         """Build a config from the paper's symbols (Table 3); other fields by their Hugging Face names."""
         known = {field.name for field in dataclasses.fields(cls)}
         for key in hf_overrides:
@@ -366,7 +399,7 @@ class VanillaTransformerConfig(PretrainedConfig):
         return cls(**fields)
 
     @classmethod
-    def from_preset(cls, name: str, **hf_overrides: Any) -> VanillaTransformerConfig:
+    def from_preset(cls, name: str, **hf_overrides: Any) -> "VanillaTransformerConfig":
         """A named preset (see `PRESETS`), e.g. `from_preset("transformer-base", vocab_size=37000)`."""
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}. Choose one of: {', '.join(PRESETS)}.")

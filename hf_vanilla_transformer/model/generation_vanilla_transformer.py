@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -212,6 +213,224 @@ def synced_gpus_default(model: torch.nn.Module) -> bool:
     return (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model)) and world_size > 1
 
 
+@dataclass
+class _Beams:
+    """The state of a beam search, per sentence (B) and beam (num_beams): the running hypotheses, the finished ones
+    (at most num_beams, best first) and the generation settings they are scored by. Tensors as in transformers'
+    `_beam_search`, whose names they keep."""
+
+    num_beams: int
+    alpha: float
+    early_stopping: bool | str
+    max_length: int
+    prompt_length: int
+    beams_to_keep: int
+    top_num_beam_mask: torch.Tensor  # (beams_to_keep,): only the first num_beams candidates may finish
+    running_sequences: torch.Tensor  # (B, num_beams, max_length)
+    running_beam_scores: torch.Tensor  # (B, num_beams): accumulated log P
+    running_beam_indices: torch.Tensor  # (B, num_beams, max_length - prompt)
+    sequences: torch.Tensor  # finished, as running_sequences
+    beam_scores: torch.Tensor  # finished: log P / lp(|Y|)
+    beam_indices: torch.Tensor
+    is_sent_finished: torch.Tensor  # (B, num_beams)
+    can_improve: torch.Tensor  # (B, 1): transformers' is_early_stop_heuristic_unsatisfied
+
+    @classmethod
+    def start(cls, input_ids: torch.Tensor, generation_config: GenerationConfig, eos: torch.Tensor | None) -> _Beams:
+        """The state before the first step: input_ids (B * num_beams, prompt) is the decoder prompt."""
+        num_beams, max_length = generation_config.num_beams, generation_config.max_length
+        batch_size, prompt_length = input_ids.shape[0] // num_beams, input_ids.shape[1]
+        device = input_ids.device
+        # transformers keeps K = (number of EOS ids + 1) * num_beams candidates, so that num_beams of them run on even
+        # when the best ones all end; only the first num_beams may finish.
+        beams_to_keep = max(2, 1 + (0 if eos is None else eos.numel())) * num_beams
+        pad = generation_config.pad_token_id
+        pad = int(eos[0]) if pad is None and eos is not None else pad
+        fill = (pad or int(eos[0])) if eos is not None else -1  # transformers' fill, pad id 0 included
+        running_sequences = torch.full((batch_size, num_beams, max_length), fill, dtype=torch.int64, device=device)
+        running_sequences[:, :, :prompt_length] = input_ids.reshape(batch_size, num_beams, -1)
+        # Only the first beam starts alive, so that the first step does not pick the same token num_beams times.
+        running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+        running_beam_scores[:, 1:] = -1e9
+        running_beam_indices = torch.full(
+            (batch_size, num_beams, max_length - prompt_length), -1, dtype=torch.int32, device=device
+        )
+        return cls(
+            num_beams=num_beams,
+            alpha=generation_config.length_penalty,
+            early_stopping=generation_config.early_stopping,
+            max_length=max_length,
+            prompt_length=prompt_length,
+            beams_to_keep=beams_to_keep,
+            top_num_beam_mask=torch.arange(beams_to_keep, device=device) < num_beams,
+            running_sequences=running_sequences,
+            running_beam_scores=running_beam_scores,
+            running_beam_indices=running_beam_indices,
+            sequences=running_sequences.clone(),
+            beam_scores=torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device),
+            beam_indices=running_beam_indices.clone(),
+            is_sent_finished=torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device),
+            can_improve=torch.ones((batch_size, 1), dtype=torch.bool, device=device),
+        )
+
+    def top_k_continuations(
+        self, log_probs: torch.Tensor, cur_len: int, do_sample: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The top K continuations of all beams by accumulated log P (sampled without replacement when
+        `do_sample`), from log_probs (B * num_beams, V): their log P (B, K), sequences and beam indices."""
+        batch_size, vocab_size = self.running_sequences.shape[0], log_probs.shape[-1]
+        accumulated = log_probs.reshape(batch_size, self.num_beams, vocab_size) + self.running_beam_scores[:, :, None]
+        accumulated = accumulated.reshape(batch_size, -1)
+        if do_sample:
+            topk_indices = torch.multinomial(nn.functional.softmax(accumulated, dim=-1), self.beams_to_keep)
+            topk_log_probs = torch.gather(accumulated, 1, topk_indices)
+            topk_log_probs, order = topk_log_probs.sort(dim=-1, descending=True)
+            topk_indices = topk_indices.gather(-1, order)
+        else:
+            topk_log_probs, topk_indices = torch.topk(accumulated, k=self.beams_to_keep)
+        topk_beams = topk_indices // vocab_size
+        topk_running_beam_indices = _gather(self.running_beam_indices, topk_beams)
+        topk_running_sequences = _gather(self.running_sequences, topk_beams)
+        topk_running_sequences[:, :, cur_len] = topk_indices % vocab_size
+        batch_offset = torch.arange(batch_size, device=log_probs.device).reshape(-1, 1) * self.num_beams
+        topk_running_beam_indices[:, :, cur_len - self.prompt_length] = topk_beams + batch_offset
+        return topk_log_probs, topk_running_sequences, topk_running_beam_indices
+
+    def advance(
+        self,
+        topk_log_probs: torch.Tensor,
+        topk_running_sequences: torch.Tensor,
+        topk_running_beam_indices: torch.Tensor,
+        stops: torch.Tensor,
+        cur_len: int,
+    ) -> None:
+        """One step's bookkeeping given the top K continuations and which of them stop (B, K): the best num_beams
+        that did not stop run on; the stopped ones among the top num_beams, scored log P / lp(|Y|) (GNMT, the one
+        change from transformers), merge with the earlier finished ones, except into a full sentence
+        (early_stopping=True) or one that cannot improve."""
+        running_log_probs = topk_log_probs + stops.to(torch.float32) * -1.0e9
+        next_indices = torch.topk(running_log_probs, k=self.num_beams)[1]
+        self.running_sequences = _gather(topk_running_sequences, next_indices)
+        self.running_beam_scores = _gather(running_log_probs, next_indices)
+        self.running_beam_indices = _gather(topk_running_beam_indices, next_indices)
+
+        just_finished = stops & self.top_num_beam_mask[None, :]
+        finished_scores = topk_log_probs / gnmt_length_penalty(cur_len + 1 - self.prompt_length, self.alpha)
+        full = torch.all(self.is_sent_finished, dim=-1, keepdim=True) & (self.early_stopping is True)
+        finished_scores = finished_scores + full.to(torch.float32) * -1.0e9
+        finished_scores = finished_scores + (~self.can_improve).to(torch.float32) * -1.0e9
+        finished_scores = finished_scores + (~just_finished) * -1.0e9
+        merged_scores = torch.cat((self.beam_scores, finished_scores), dim=1)
+        best = torch.topk(merged_scores, k=self.num_beams)[1]
+        self.sequences = _gather(torch.cat((self.sequences, topk_running_sequences), dim=1), best)
+        self.beam_scores = _gather(merged_scores, best)
+        self.beam_indices = _gather(torch.cat((self.beam_indices, topk_running_beam_indices), dim=1), best)
+        self.is_sent_finished = _gather(torch.cat((self.is_sent_finished, just_finished), dim=1), best)
+
+    def unfinished(self, stops: torch.Tensor, cur_len: int) -> bool:
+        """After a step (cur_len now counts its token): whether any sentence may still improve, by transformers'
+        bound on what the best running beam can still score (its length: now, or the maximum for "never" with a
+        positive α) under the same penalty, its early stopping and whether any continuation is left."""
+        best_length = self.max_length if self.early_stopping == "never" and self.alpha > 0.0 else cur_len
+        best_possible = self.running_beam_scores[:, :1] / gnmt_length_penalty(
+            best_length - self.prompt_length, self.alpha
+        )
+        worst_finished = torch.where(
+            self.is_sent_finished, torch.min(self.beam_scores, dim=1, keepdim=True)[0], -1.0e9
+        )
+        self.can_improve = self.can_improve & torch.any(best_possible > worst_finished, dim=-1, keepdim=True)
+        open_beam = ~(torch.all(self.is_sent_finished) & (self.early_stopping is True))
+        return bool(torch.any(self.can_improve) & open_beam & ~torch.all(stops))
+
+    def best(self, returned: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best `returned` finished hypotheses of each sentence, cropped to the longest one kept: sequences
+        (B * returned, prompt + generated), scores (B * returned,), beam indices (B * returned, generated)."""
+        batch_size = self.sequences.shape[0]
+        sequences = self.sequences[:, :returned].reshape(batch_size * returned, -1)
+        beam_scores = self.beam_scores[:, :returned].reshape(-1)
+        beam_indices = self.beam_indices[:, :returned].reshape(batch_size * returned, -1)
+        generated = int((beam_indices + 1).bool().sum(dim=1).max())
+        return sequences[:, : self.prompt_length + generated], beam_scores, beam_indices[:, :generated]
+
+
+@dataclass
+class _Recorded:
+    """What `return_dict_in_generate` asks each step to keep (`output_scores`, ...), as transformers' beam search."""
+
+    want: dict[str, bool]
+    scores: list[torch.Tensor] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    decoder_attentions: list[Any] = field(default_factory=list)
+    cross_attentions: list[Any] = field(default_factory=list)
+    decoder_hidden_states: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def asked_by(cls, generation_config: GenerationConfig) -> _Recorded:
+        return_dict = generation_config.return_dict_in_generate
+        names = ("scores", "logits", "attentions", "hidden_states")
+        return cls({name: bool(return_dict and getattr(generation_config, f"output_{name}")) for name in names})
+
+    def add(self, outputs: Any, logits: torch.Tensor, log_probs: torch.Tensor) -> None:
+        if self.want["logits"]:
+            self.logits.append(logits.clone())
+        if self.want["scores"]:
+            self.scores.append(log_probs.clone())
+        if self.want["attentions"]:
+            self.decoder_attentions.append(outputs.decoder_attentions)
+            self.cross_attentions.append(outputs.cross_attentions)
+        if self.want["hidden_states"]:
+            self.decoder_hidden_states.append(outputs.decoder_hidden_states)
+
+    def output(self, beams: _Beams, returned: int, model_kwargs: dict[str, Any]) -> GenerateBeamEncoderDecoderOutput:
+        """generate()'s output of beam search, with the best `returned` hypotheses of each sentence."""
+        sequences, beam_scores, beam_indices = beams.best(returned)
+        want, encoder_outputs = self.want, model_kwargs["encoder_outputs"]
+        return GenerateBeamEncoderDecoderOutput(
+            sequences=sequences,
+            sequences_scores=beam_scores if want["scores"] else None,
+            scores=tuple(self.scores) if want["scores"] else None,
+            logits=tuple(self.logits) if want["logits"] else None,
+            beam_indices=beam_indices,
+            encoder_attentions=encoder_outputs.get("attentions") if want["attentions"] else None,
+            encoder_hidden_states=encoder_outputs.get("hidden_states") if want["hidden_states"] else None,
+            decoder_attentions=tuple(self.decoder_attentions) if want["attentions"] else None,
+            cross_attentions=tuple(self.cross_attentions) if want["attentions"] else None,
+            decoder_hidden_states=tuple(self.decoder_hidden_states) if want["hidden_states"] else None,
+            **{CACHE_NAME: model_kwargs.get(CACHE_NAME)},
+        )
+
+
+def _forward(
+    model: GenerationMixin, flat_running_sequences: torch.Tensor, first: bool, model_kwargs: dict[str, Any]
+) -> Any:
+    """One forward pass of the decoder over the running beams (B * num_beams, cur_len): the whole prompt on the
+    `first` step, with a cache the last token after it. Updates the cache and decoder mask in `model_kwargs`."""
+    model_inputs = model.prepare_inputs_for_generation(
+        flat_running_sequences,
+        next_sequence_length=None if first or not model_kwargs.get("use_cache") else 1,
+        is_first_iteration=first,
+        **model_kwargs,
+    )
+    outputs = model(**model_inputs, return_dict=True)
+    if getattr(outputs, CACHE_NAME, None) is not None:
+        model_kwargs[CACHE_NAME] = getattr(outputs, CACHE_NAME)
+    if model_kwargs.get("decoder_attention_mask") is not None:
+        mask = model_kwargs["decoder_attention_mask"]
+        model_kwargs["decoder_attention_mask"] = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+    return outputs
+
+
+def _reorder_cache(model: GenerationMixin, beam_idx: torch.Tensor, model_kwargs: dict[str, Any]) -> None:
+    """The cache in `model_kwargs` follows the beams chosen (beam_idx: (B * num_beams,) rows of the last step)."""
+    if model_kwargs.get(CACHE_NAME) is None:
+        return
+    reorder = getattr(model, "_reorder_cache", None)  # the model's own (faster) reordering, if it has one
+    if reorder is not None:
+        model_kwargs[CACHE_NAME] = reorder(model_kwargs[CACHE_NAME], beam_idx)
+    else:
+        model_kwargs[CACHE_NAME].reorder_cache(beam_idx)
+
+
 def gnmt_beam_search(
     model: GenerationMixin,
     input_ids: torch.LongTensor,
@@ -226,169 +445,47 @@ def gnmt_beam_search(
     which calls it with the prepared decoder prompt (B * num_beams, prompt), logits processors, stopping criteria,
     the resolved config and the model kwargs (encoder outputs, source mask, cache).
 
-    Step by step it is transformers' `_beam_search` (5.23, 5.24): each step keeps the top 2 * num_beams continuations
-    (more with several EOS ids) by log P, a continuation that stops (EOS, length) among the top num_beams finishes,
-    the best num_beams others run on; `early_stopping` True stops a sentence when num_beams hypotheses have finished,
-    False / "never" when no running beam can beat the worst finished one (transformers' bounds, with GNMT's
-    penalty). Only the penalty differs, so the output has the same fields, and `sequences_scores` are log P / lp.
-    `gnmt_synced_gpus` is generate()'s `synced_gpus` (ZeRO-3 / FSDP on several GPUs: every process runs forward
-    passes until all have finished), under a name of its own because generate() passes custom loops only the
-    arguments its own loops do not take."""
+    Step by step it is transformers' `_beam_search` (5.23, 5.24; tests/model/test_upstream_beam_search.py holds
+    digests of the upstream code): each step keeps the top 2 * num_beams continuations (more with several EOS ids)
+    by log P, a continuation that stops (EOS, length) among the top num_beams finishes, the best num_beams others
+    run on; `early_stopping` True stops a sentence when num_beams hypotheses have finished, False / "never" when no
+    running beam can beat the worst finished one (transformers' bounds, with GNMT's penalty). Only the penalty
+    differs, so the output has the same fields, and `sequences_scores` are log P / lp. transformers' loop cannot
+    take another penalty: it divides by |Y|^α in `_update_finished_beams` and `_check_early_stop_heuristic`, and no
+    logits processor or stopping criterion sees the finished hypotheses' scores. `gnmt_synced_gpus` is generate()'s
+    `synced_gpus` (ZeRO-3 / FSDP on several GPUs: every process runs forward passes until all have finished), under
+    a name of its own because generate() passes custom loops only the arguments its own loops do not take."""
     if generation_config.low_memory:
         raise ValueError("`low_memory=True` is not supported by beam search; leave it unset.")
     eos = generation_config.eos_token_id
     eos = None if eos is None else torch.tensor(eos, device=input_ids.device).reshape(-1)
-    pad = generation_config.pad_token_id
-    pad = int(eos[0]) if pad is None and eos is not None else pad
-    num_beams, alpha = generation_config.num_beams, generation_config.length_penalty
-    early_stopping, max_length = generation_config.early_stopping, generation_config.max_length
-    return_dict = generation_config.return_dict_in_generate
-    want = {
-        name: bool(return_dict and getattr(generation_config, f"output_{name}"))
-        for name in ("scores", "logits", "attentions", "hidden_states")
-    }
-    batch_size, decoder_prompt_len = input_ids.shape[0] // num_beams, input_ids.shape[1]
-    cur_len = decoder_prompt_len
-    # transformers keeps K = (number of EOS ids + 1) * num_beams candidates, so that num_beams of them run on even
-    # when the best ones all end; only the first num_beams may finish.
-    beams_to_keep = max(2, 1 + (0 if eos is None else eos.numel())) * num_beams
-    top_num_beam_mask = torch.arange(beams_to_keep, device=input_ids.device) < num_beams
-    fill = (pad or int(eos[0])) if eos is not None else -1  # transformers' fill, pad id 0 included
-    device = input_ids.device
-
-    running_sequences = torch.full((batch_size, num_beams, max_length), fill, dtype=torch.int64, device=device)
-    running_sequences[:, :, :cur_len] = input_ids.reshape(batch_size, num_beams, -1)
-    sequences = running_sequences.clone()
-    # Only the first beam starts alive, so that the first step does not pick the same token num_beams times.
-    running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
-    running_beam_scores[:, 1:] = -1e9
-    beam_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
-    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
-    can_improve = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
-    running_beam_indices = torch.full(
-        (batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32, device=device
-    )
-    beam_indices = running_beam_indices.clone()
-    all_scores, raw_logits = [], []
-    decoder_attentions, cross_attentions, decoder_hidden_states = [], [], []
+    beams, recorded = _Beams.start(input_ids, generation_config, eos), _Recorded.asked_by(generation_config)
+    batch_size, num_beams, prompt_length = input_ids.shape[0] // beams.num_beams, beams.num_beams, input_ids.shape[1]
+    cur_len, device = prompt_length, input_ids.device
     flat_running_sequences, this_peer_finished = input_ids, False
     while not all_peers_finished(this_peer_finished, gnmt_synced_gpus, device):
-        # The first step reads the whole prompt; with a cache, later steps read the last token.
-        first = cur_len == decoder_prompt_len
-        model_inputs = model.prepare_inputs_for_generation(
-            flat_running_sequences,
-            next_sequence_length=None if first or not model_kwargs.get("use_cache") else 1,
-            is_first_iteration=first,
-            **model_kwargs,
-        )
-        outputs = model(**model_inputs, return_dict=True)
-        if getattr(outputs, CACHE_NAME, None) is not None:
-            model_kwargs[CACHE_NAME] = getattr(outputs, CACHE_NAME)
-        if model_kwargs.get("decoder_attention_mask") is not None:
-            mask = model_kwargs["decoder_attention_mask"]
-            model_kwargs["decoder_attention_mask"] = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        outputs = _forward(model, flat_running_sequences, cur_len == prompt_length, model_kwargs)
         if this_peer_finished:  # synced: only the forward pass, for the other processes' collectives
             continue
         logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
         log_probs = logits_processor(flat_running_sequences, nn.functional.log_softmax(logits, dim=-1))
-        if want["logits"]:
-            raw_logits.append(logits.clone())
-        if want["scores"]:
-            all_scores.append(log_probs.clone())
-        if want["attentions"]:
-            decoder_attentions.append(outputs.decoder_attentions)
-            cross_attentions.append(outputs.cross_attentions)
-        if want["hidden_states"]:
-            decoder_hidden_states.append(outputs.decoder_hidden_states)
+        recorded.add(outputs, logits, log_probs)
         del outputs
 
-        # Top-K continuations of all beams by accumulated log P (sampled without replacement when do_sample).
-        vocab_size = log_probs.shape[-1]
-        accumulated = (log_probs.reshape(batch_size, num_beams, vocab_size) + running_beam_scores[:, :, None]).reshape(
-            batch_size, -1
-        )
-        if generation_config.do_sample:
-            topk_indices = torch.multinomial(nn.functional.softmax(accumulated, dim=-1), num_samples=beams_to_keep)
-            topk_log_probs = torch.gather(accumulated, 1, topk_indices)
-            topk_log_probs, order = topk_log_probs.sort(dim=-1, descending=True)
-            topk_indices = topk_indices.gather(-1, order)
-        else:
-            topk_log_probs, topk_indices = torch.topk(accumulated, k=beams_to_keep)
-        topk_beams = topk_indices // vocab_size
-        topk_running_beam_indices = _gather(running_beam_indices, topk_beams)
-        topk_running_sequences = _gather(running_sequences, topk_beams)
-        topk_running_sequences[:, :, cur_len] = topk_indices % vocab_size
-        batch_offset = torch.arange(batch_size, device=device).reshape(-1, 1) * num_beams
-        topk_running_beam_indices[:, :, cur_len - decoder_prompt_len] = topk_beams + batch_offset
+        topk = beams.top_k_continuations(log_probs, cur_len, generation_config.do_sample)
         stops = stopping_criteria(
-            topk_running_sequences[:, :, : cur_len + 1].reshape(batch_size * beams_to_keep, -1),
-            tuple(all_scores) if want["scores"] else None,
-        ).reshape(batch_size, beams_to_keep)
-
-        # The best num_beams continuations that did not stop run on.
-        running_log_probs = topk_log_probs + stops.to(torch.float32) * -1.0e9
-        next_indices = torch.topk(running_log_probs, k=num_beams)[1]
-        running_sequences = _gather(topk_running_sequences, next_indices)
-        running_beam_scores = _gather(running_log_probs, next_indices)
-        running_beam_indices = _gather(topk_running_beam_indices, next_indices)
-
-        # Finished: the stopped ones among the top num_beams, scored log P / lp(|Y|) (GNMT, the one change), merged
-        # with the earlier finished ones; none is added to a full sentence (early_stopping=True) or one that
-        # cannot improve.
-        just_finished = stops & top_num_beam_mask[None, :]
-        finished_scores = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, alpha)
-        full = torch.all(is_sent_finished, dim=-1, keepdim=True) & (early_stopping is True)
-        finished_scores = finished_scores + full.to(torch.float32) * -1.0e9
-        finished_scores = finished_scores + (~can_improve).to(torch.float32) * -1.0e9
-        finished_scores = finished_scores + (~just_finished) * -1.0e9
-        merged_scores = torch.cat((beam_scores, finished_scores), dim=1)
-        best = torch.topk(merged_scores, k=num_beams)[1]
-        sequences = _gather(torch.cat((sequences, topk_running_sequences), dim=1), best)
-        beam_scores = _gather(merged_scores, best)
-        beam_indices = _gather(torch.cat((beam_indices, topk_running_beam_indices), dim=1), best)
-        is_sent_finished = _gather(torch.cat((is_sent_finished, just_finished), dim=1), best)
-
-        if model_kwargs.get(CACHE_NAME) is not None:
-            beam_idx = running_beam_indices[..., cur_len - decoder_prompt_len].reshape(-1)
-            reorder = getattr(model, "_reorder_cache", None)  # the model's own (faster) reordering, if it has one
-            if reorder is not None:
-                model_kwargs[CACHE_NAME] = reorder(model_kwargs[CACHE_NAME], beam_idx)
-            else:
-                model_kwargs[CACHE_NAME].reorder_cache(beam_idx)
+            topk[1][:, :, : cur_len + 1].reshape(batch_size * beams.beams_to_keep, -1),
+            tuple(recorded.scores) if recorded.want["scores"] else None,
+        ).reshape(batch_size, beams.beams_to_keep)
+        beams.advance(*topk, stops, cur_len)
+        _reorder_cache(model, beams.running_beam_indices[..., cur_len - prompt_length].reshape(-1), model_kwargs)
         cur_len += 1
-        # transformers' bound on what the best running beam can still score (its length: now, or the maximum for
-        # "never" with a positive α), under the same penalty.
-        best_length = max_length if early_stopping == "never" and alpha > 0.0 else cur_len
-        best_possible = running_beam_scores[:, :1] / gnmt_length_penalty(best_length - decoder_prompt_len, alpha)
-        worst_finished = torch.where(is_sent_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
-        can_improve = can_improve & torch.any(best_possible > worst_finished, dim=-1, keepdim=True)
-        open_beam = ~(torch.all(is_sent_finished) & (early_stopping is True))
-        this_peer_finished = not bool(torch.any(can_improve) & open_beam & ~torch.all(stops))
-        flat_running_sequences = running_sequences[:, :, :cur_len].reshape(batch_size * num_beams, -1)
+        this_peer_finished = not beams.unfinished(stops, cur_len)
+        flat_running_sequences = beams.running_sequences[:, :, :cur_len].reshape(batch_size * num_beams, -1)
 
-    # The best num_return_sequences finished hypotheses of each sentence, cropped to the longest one kept.
-    returned = generation_config.num_return_sequences
-    sequences = sequences[:, :returned].reshape(batch_size * returned, -1)
-    beam_scores = beam_scores[:, :returned].reshape(-1)
-    beam_indices = beam_indices[:, :returned].reshape(batch_size * returned, -1)
-    generated = int((beam_indices + 1).bool().sum(dim=1).max())
-    sequences, beam_indices = sequences[:, : decoder_prompt_len + generated], beam_indices[:, :generated]
-    if not return_dict:
-        return sequences
-    encoder_outputs = model_kwargs["encoder_outputs"]
-    return GenerateBeamEncoderDecoderOutput(
-        sequences=sequences,
-        sequences_scores=beam_scores if want["scores"] else None,
-        scores=tuple(all_scores) if want["scores"] else None,
-        logits=tuple(raw_logits) if want["logits"] else None,
-        beam_indices=beam_indices,
-        encoder_attentions=encoder_outputs.get("attentions") if want["attentions"] else None,
-        encoder_hidden_states=encoder_outputs.get("hidden_states") if want["hidden_states"] else None,
-        decoder_attentions=tuple(decoder_attentions) if want["attentions"] else None,
-        cross_attentions=tuple(cross_attentions) if want["attentions"] else None,
-        decoder_hidden_states=tuple(decoder_hidden_states) if want["hidden_states"] else None,
-        **{CACHE_NAME: model_kwargs.get(CACHE_NAME)},
-    )
+    if not generation_config.return_dict_in_generate:
+        return beams.best(generation_config.num_return_sequences)[0]
+    return recorded.output(beams, generation_config.num_return_sequences, model_kwargs)
 
 
 class PaperGenerationMixin(GenerationMixin):

@@ -4,11 +4,12 @@ decoder (§3.1), the model and its §3.4 output projection with the §5.4 loss.
 
 Shapes: B batch, S source length, T target length, L cache + new length, D d_model, H heads, Dh = d_k = d_v = D / H,
 F d_ff, V vocabulary. Module names follow Marian/fairseq so that foreign checkpoints map by name.
-Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, safetensors):
-input_checks.py (clear errors for wrong inputs), dropout.py (§5.4 dropout, its mask drawn faster on a CPU),
-label_smoothed_loss.py (the fused training loss) and generation_vanilla_transformer.py (§6.1 decoding). The model is
-plain PyTorch: CPU inference speed is an explicit step of the package
-(`hf_vanilla_transformer.prepare_for_cpu_inference`), never taken at load.
+Beside it, each copied with it into a saved folder (remote code: they import only torch, transformers, huggingface_hub
+and safetensors):
+input_checks.py (clear errors for wrong inputs), label_smoothed_loss.py (the fused training loss) and
+generation_vanilla_transformer.py (§6.1 decoding). The model is plain PyTorch (§5.4 dropout is `nn.Dropout`): CPU
+inference and training speed are explicit steps of the package (`hf_vanilla_transformer.prepare_for_cpu_inference`,
+training/cpu_training.py), never taken at load.
 """
 
 import json
@@ -38,7 +39,6 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .dropout import dropout
 from .generation_vanilla_transformer import PaperGenerationMixin, cross_attention_mask
 from .input_checks import (
     check_embeddings,
@@ -183,9 +183,9 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
         if self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
+        hidden_states = self.activation_dropout(hidden_states)
         hidden_states = self.fc2(hidden_states)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states
@@ -317,8 +317,8 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__()
         self.normalize_before = config.normalize_before
-        self.dropout = config.dropout
-        self.activation_dropout = config.activation_dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on each sub-layer's output
+        self.activation_dropout = nn.Dropout(config.activation_dropout)  # Deviation hook (paper: none)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads)
         self.self_attn_layer_norm = build_layer_norm(config)
         self.activation_fn = ACT2FN[config.activation_function]
@@ -338,7 +338,7 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -352,8 +352,8 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int) -> None:
         super().__init__()
         self.normalize_before = config.normalize_before
-        self.dropout = config.dropout
-        self.activation_dropout = config.activation_dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on each sub-layer's output
+        self.activation_dropout = nn.Dropout(config.activation_dropout)  # Deviation hook (paper: none)
         heads = config.decoder_attention_heads
         self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
         self.self_attn_layer_norm = build_layer_norm(config)
@@ -381,7 +381,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         hidden_states, _ = self.self_attn(
             hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -396,7 +396,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
             attention_mask=encoder_attention_mask,
             **kwargs,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + self.dropout(hidden_states)
         if not self.normalize_before:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
@@ -495,7 +495,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
-        self.dropout = config.dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on embeddings + positions
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # §3.4
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_embedding(config)
@@ -522,7 +522,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         # §5.4: dropout on the sums of the embeddings and the positional encodings.
         positions = self.embed_positions(position_ids, inputs_embeds.shape[1])
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = self.dropout(hidden_states)
         check_mask(attention_mask, inputs_embeds, "attention_mask")
         attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -549,7 +549,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
-        self.dropout = config.dropout
+        self.dropout = nn.Dropout(config.dropout)  # §5.4, on embeddings + positions
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = build_positional_embedding(config)
@@ -612,7 +612,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
         positions = self.embed_positions(position_ids, num_positions)
         hidden_states = inputs_embeds + positions.to(inputs_embeds.dtype)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = self.dropout(hidden_states)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
@@ -734,6 +734,38 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def token_level_loss(
+    lm_head: nn.Linear,
+    hidden_states: torch.Tensor,
+    logits: torch.Tensor | None,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: torch.Tensor | int | None,
+) -> torch.Tensor:
+    """Token-level cross-entropy with label smoothing ε_ls (§5.4) of hidden_states (B, T, D) against labels (B, T),
+    -100 ignored: from the logits (B, T, V), or, when they are None, fused with the projection `lm_head` in row
+    chunks (`linear_label_smoothed_cross_entropy`). The mean over this batch's targets, or the sum over
+    `num_items_in_batch` (the accumulated batch's targets under gradient accumulation)."""
+    labels = labels.to(hidden_states.device)
+    if logits is not None:
+        loss = nn.functional.cross_entropy(
+            logits.float().flatten(0, 1),  # (B, T, V) -> (B*T, V)
+            labels.flatten(),
+            ignore_index=-100,
+            reduction="sum",
+            label_smoothing=label_smoothing,
+        )
+    else:
+        loss = linear_label_smoothed_cross_entropy(
+            hidden_states.flatten(0, 1),  # (B, T, D) -> (B*T, D)
+            lm_head.weight,
+            lm_head.bias,
+            labels.flatten(),
+            label_smoothing,
+        )
+    return loss / (labels.ne(-100).sum() if num_items_in_batch is None else num_items_in_batch)
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, PaperGenerationMixin):
     """§3.4 The encoder-decoder plus the pre-softmax linear transformation (`lm_head`), which by default is the
     shared embedding matrix itself (three-way tying)."""
@@ -809,31 +841,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
-        loss = logits = None
         check_labels(labels, hidden_states)
         self._warn_of_a_tied_adapter()
-        if not skip_logits:
-            logits = self.lm_head(hidden_states)
+        logits = None if skip_logits else self.lm_head(hidden_states)
+        loss = None
         if labels is not None:
-            labels = labels.to(hidden_states.device)
-            if not skip_logits:
-                loss = nn.functional.cross_entropy(
-                    logits.float().flatten(0, 1),  # (B, T, V) -> (B*T, V)
-                    labels.flatten(),
-                    ignore_index=-100,
-                    reduction="sum",
-                    label_smoothing=label_smoothing,
-                )
-            else:
-                loss = linear_label_smoothed_cross_entropy(
-                    hidden_states.flatten(0, 1),  # (B, T, D) -> (B*T, D)
-                    self.lm_head.weight,
-                    self.lm_head.bias,
-                    labels.flatten(),
-                    label_smoothing,
-                )
-            # Token-level mean: over this batch's targets, or over the accumulated batch's (gradient accumulation).
-            loss = loss / (labels.ne(-100).sum() if num_items_in_batch is None else num_items_in_batch)
+            loss = token_level_loss(self.lm_head, hidden_states, logits, labels, label_smoothing, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -60,6 +60,7 @@ from ..inference.cpu_inference import prepare_for_cpu_inference
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import checkpoint_infos
 from .collator import TrainingCollator
+from .cpu_training import prepare_for_cpu_training
 from .data import pair_lengths
 from .options import EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
@@ -760,6 +761,7 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
             self._logged_time = time.perf_counter()
         tokens = inputs["labels"].ne(-100).sum()
         self._target_tokens = tokens if self._target_tokens is None else self._target_tokens + tokens
+        prepare_for_cpu_training(model)  # the faster dropout mask on a CPU; idempotent, a few µs
         return self.note_nonfinite(super().training_step(model, inputs, num_items_in_batch))
 
     def note_nonfinite(self, loss: torch.Tensor) -> torch.Tensor:
