@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint train train-quick train-1h train-2h train-tiny train-gpu bench bench-all clean
+.PHONY: setup test lint walkthrough train train-quick train-1h train-2h train-tiny train-gpu bench bench-all clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ setup: $(VENV)/.installed
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# Re-execute the walk-through notebooks (docs/walkthrough, English and Japanese) offline and rewrite them in place,
+# with their outputs.
+walkthrough: setup
+	$(PY) docs/walkthrough/execute.py
 
 # transformers' own common model tests need its test machinery that is not in its wheel; tests/hf_common/run.sh
 # assembles it from the transformers sdist and a folder of the rest (TRANSFORMERS_TESTS_SOURCE, by default

@@ -4,8 +4,8 @@ same dropout in distribution; the model code in model/ is plain `nn.Dropout`).
 On a CPU, torch's dropout draws one float32 uniform per element with its serial generator and took 11% of a training
 update of the Multi30k model in bf16 (docs/runs/training-speed.md, "Dropout on the CPU"). `dropout` here decides
 each element's keep with a 32-bit slice of a 64-bit draw compared with p * 2^32: about 3x faster, and as exact (p to
-within 2^-33, where a float32 uniform resolves 2^-24). On a GPU (torch's fused kernel) and while compiling (inductor draws its own
-numbers), torch's dropout runs unchanged.
+within 2^-33, where a float32 uniform resolves 2^-24). On a GPU (torch's fused kernel) and while compiling (inductor
+draws its own numbers), torch's dropout runs unchanged.
 """
 
 from __future__ import annotations
