@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from ..inference.translation import EvaluateOptions, evaluate
+from ..inference.evaluation import EvaluateOptions, evaluate
 
 # What the folder holds besides what save_pretrained writes: the run's card and its record.
 RUN_RECORDS = ("README.md", "results.json")
