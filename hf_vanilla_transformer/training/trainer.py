@@ -61,13 +61,12 @@ from ..model.modeling_vanilla_transformer import VanillaTransformerForConditiona
 from .averaging import checkpoint_infos
 from .collator import TrainingCollator
 from .data import pair_lengths
-from .options import EvalSchedule, parse_duration, parse_eval_every
+from .options import LR_SCHEDULES, EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 from .static_shapes import LengthBuckets, StaticShapeCollator
 
 logger = logging.getLogger(__name__)
 
-LR_SCHEDULES = ("paper", "inverse_sqrt")
 # Data-loader worker processes on a CUDA device (VanillaSeq2SeqTrainingArguments._resolve_loader_defaults).
 LOADER_WORKERS_ON_CUDA = 2
 SNAPSHOT_FILE = "snapshot.json"
