@@ -93,6 +93,7 @@ def _share_value(text: str) -> float:
 positive_int = _checked(int, lambda value: value >= 1, "a positive integer")
 non_negative_int = _checked(int, lambda value: value >= 0, "a non-negative integer")
 probability = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
+non_negative_float = _checked(float, lambda value: 0 <= value < float("inf"), "a number >= 0")
 positive_float = _checked(float, lambda value: value > 0, "a positive number")
 finite_float = _checked(float, lambda value: abs(value) < float("inf"), "a finite number")  # NaN fails too
 share = _checked(_share_value, lambda value: 0 < value <= 1, "a share in (0, 1], as 0.3 or 30%")
@@ -103,6 +104,7 @@ __all__ = [
     "finite_float",
     "flag_of",
     "milliseconds",
+    "non_negative_float",
     "non_negative_int",
     "option",
     "options_of",

@@ -19,6 +19,7 @@ from ..files import MODEL_DIR, RESULTS_FILE
 from ..model.configuration_vanilla_transformer import PRESETS
 from ..option_fields import (
     finite_float,
+    non_negative_float,
     option,
     options_of,
     positive_float,
@@ -294,6 +295,16 @@ class TrainOptions:
         setting=True,
         card="Warmup steps",
         trainer="warmup_steps",
+    )
+    warmup_init_lr: float | None = option(
+        None,
+        help="deviation (fairseq's --warmup-init-lr): with inverse_sqrt, the warmup rises linearly from this learning "
+        "rate to --lr (it starts from 0 otherwise); e.g. 1e-7",
+        group=OPTIMIZATION,
+        parse=non_negative_float,
+        setting=True,
+        card="Warmup's initial learning rate (deviation)",
+        trainer="warmup_init_lr",
     )
     lr_cooldown: float | None = option(
         None,

@@ -109,3 +109,34 @@ def test_recipes_are_sets_of_option_values() -> None:
     with pytest.raises(OptionError, match="has no budget"):
         TrainOptions.from_recipe(Recipe("none", "no budget", {"lr": 1e-3}))
     assert MULTI30K.lr == 2e-3 and MULTI30K.label_smoothing == 0.1  # its own value, else the option's default
+
+
+def test_warmup_init_lr_is_one_field_with_its_flag_config_key_setting_card_row_and_recipe(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """fairseq's --warmup-init-lr, added as one TrainOptions field: the command line, a --config file and a recipe
+    set it; run_settings.json records it where given (a resume with another is refused), the card shows it, and the
+    Trainer's schedule receives it."""
+    from hf_vanilla_transformer.training.train import _card_settings, _trainer_arguments
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    assert "--warmup-init-lr WARMUP_INIT_LR" in capsys.readouterr().out
+    assert given_options(["--warmup-init-lr", "1e-7"], monkeypatch).warmup_init_lr == 1e-7
+    config = tmp_path / "run.yaml"
+    config.write_text("warmup_init_lr: 1e-6\n", encoding="utf-8")  # YAML reads 1e-6 as a string: read as the flag
+    assert given_options(["--config", str(config)], monkeypatch).warmup_init_lr == 1e-6
+    monkeypatch.setitem(RECIPES, "warm-start", MULTI30K.but("warm-start", "a warmup from 1e-5", warmup_init_lr=1e-5))
+    assert given_options(["--recipe", "warm-start"], monkeypatch).warmup_init_lr == 1e-5
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--warmup-init-lr", "-1"])
+    assert exit_.value.code == 2 and "must be a number >= 0, got '-1'" in capsys.readouterr().err
+
+    options = TrainOptions(warmup_init_lr=1e-5)
+    assert run_settings(options, PAIRS, "tok", 0.3, False)["warmup_init_lr"] == 1e-5
+    assert "warmup_init_lr" not in run_settings(TrainOptions(), PAIRS, "tok", 0.3, False)  # earlier runs resume
+    assert run_config(options)["warmup_init_lr"] == 1e-5
+    assert _card_settings(options)["Warmup's initial learning rate (deviation)"] == 1e-5
+    assert _trainer_arguments(options, bf16=False, report_to=[])["warmup_init_lr"] == 1e-5
+    with pytest.raises(OptionError, match=r"Trainer argument 'warmup_init_lr' is what `warmup_init_lr` sets"):
+        _trainer_arguments(TrainOptions(trainer_args={"warmup_init_lr": 0.0}), bf16=False, report_to=[])
