@@ -114,7 +114,8 @@ class TrainOptions:
     command line's, and its roles say what else it is part of: `setting`, the settings that define a run
     (run_folder.run_settings: a resume must find them unchanged); `card`, the label of its row in the model card's
     training table; `trainer`, the VanillaSeq2SeqTrainingArguments fields it sets (`trainer_args` may not set them);
-    `budget`, the training budget (a recipe's applies as a whole unless one of them is given); `from_folder`, what an
+    `budget`, the training budget (a recipe's applies as a whole unless one of them is given); `reads`, the files and
+    folders the run reads (its `output_dir` must be apart from them); `from_folder`, what an
     `init_from` folder replaces; `recorded=False`, what the resolved configuration (RUN/run_config.json) leaves out.
     The defaults are the main job (recipes.MULTI30K) on the bundled Multi30k EN->DE; `from_recipe` starts from
     another recipe. Durations are in seconds.
@@ -136,17 +137,22 @@ class TrainOptions:
     )
     tgt_lang: str = option("de", help="target language, a BCP-47 tag (de, fr, pt-BR, ...)", group=DATA, setting=True)
     train_src: _PATH | None = option(
-        None, help="training source file, one sentence per line (.gz allowed)", group=DATA
+        None, help="training source file, one sentence per line (.gz allowed)", group=DATA, reads=True
     )
-    train_tgt: _PATH | None = option(None, help="training target file, line-aligned with --train-src", group=DATA)
-    valid_src: _PATH | None = option(None, help="validation (dev) source file, scored during training", group=DATA)
-    valid_tgt: _PATH | None = option(None, help="validation reference file", group=DATA)
+    train_tgt: _PATH | None = option(
+        None, help="training target file, line-aligned with --train-src", group=DATA, reads=True
+    )
+    valid_src: _PATH | None = option(
+        None, help="validation (dev) source file, scored during training", group=DATA, reads=True
+    )
+    valid_tgt: _PATH | None = option(None, help="validation reference file", group=DATA, reads=True)
     test_src: _PATH | None = option(
         None,
         help="test source file (default with Multi30k: test_2016_flickr; it replaces a dataset's too)",
         group=DATA,
+        reads=True,
     )
-    test_tgt: _PATH | None = option(None, help="test reference file", group=DATA)
+    test_tgt: _PATH | None = option(None, help="test reference file", group=DATA, reads=True)
     dataset: _PATH | None = option(
         None,
         help="train on a dataset instead (data.load_dataset_pairs): a Hub name, a save_to_disk folder, or a local "
@@ -154,6 +160,7 @@ class TrainOptions:
         "columns (--src-column/--tgt-column)",
         group=DATA,
         metavar="NAME_OR_PATH",
+        reads=True,
     )
     dataset_config: str | None = option(None, help="the Hub dataset's configuration, e.g. de-en for wmt14", group=DATA)
     src_column: str | None = option(
@@ -216,6 +223,7 @@ class TrainOptions:
         metavar="MODEL_DIR",
         setting=True,
         card="Fine-tuned from",
+        reads=True,
     )
     dropout: float | None = option(
         None,
@@ -258,6 +266,7 @@ class TrainOptions:
         setting=True,
         from_folder=True,
         card="Tokenizer",
+        reads=True,
     )
     decoder_start_embedding: str = option(
         "zero",
@@ -456,6 +465,7 @@ class TrainOptions:
         '{"curves": {label: [{"minutes": ..., "bleu": ...}, ...]}} (e.g. docs/runs/marian_learning_curves.json)',
         group=BUDGET_AND_CHECKPOINTS,
         metavar="FILE.json",
+        reads=True,
     )
     resume: bool = option(
         False,

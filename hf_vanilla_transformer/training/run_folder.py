@@ -211,8 +211,7 @@ def bpe_identity(options: TrainOptions, pairs: int) -> str:
 
 def _inputs(options: TrainOptions) -> list[tuple[str, Any]]:
     """The files and folders a run reads, which its `output_dir` must be apart from."""
-    names = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "dataset", "tokenizer")
-    return [(name, getattr(options, name)) for name in (*names, "init_from", "compare_curve")]
+    return [(name, getattr(options, name)) for name in with_role(TrainOptions, "reads")]
 
 
 def check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:
