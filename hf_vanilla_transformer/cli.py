@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed
 import yaml
@@ -55,6 +55,7 @@ from .option_fields import (
 )
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 
+T = TypeVar("T")
 PROG = "hf-vanilla-transformer"
 PACKAGE_LOGGER = "hf_vanilla_transformer"
 
@@ -141,8 +142,12 @@ def _add_max_input_tokens(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in names}
+def _command_options(cls: type[T], args: argparse.Namespace, **own: Any) -> T:
+    """A command's options (`cls`, a dataclass of the library) from the parsed arguments of its fields' names (each
+    flag's destination is its field), and `own`: the fields the command sets itself (a negated flag's, one read
+    from a file)."""
+    names = {item.name for item in dataclasses.fields(cls)} & set(vars(args)) - set(own)  # type: ignore[arg-type]
+    return cls(**{name: getattr(args, name) for name in names}, **own)
 
 
 # ---------------------------------------------------------------------------------------------------- wording
@@ -416,11 +421,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
-    names = (
-        *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("length_penalty", "max_input_tokens", "trust_remote_code", "int8", "bf16_weights", "max_sentences"),
-    )
-    results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
+    results = evaluate(_command_options(EvaluateOptions, args, progress=not args.no_progress))
     print(
         f"BLEU {results['bleu']:.2f} ({results['bleu_signature']})\n"
         f"lowercased BLEU {results['bleu_lowercase']:.2f}\nchrF {results['chrf']:.2f}\n"
@@ -590,12 +591,9 @@ def run_translate(args: argparse.Namespace) -> int:
             lines = LineStream(sys.stdin.buffer, "stdin")
         # --prefix FILE is read whole, before decoding (a bad byte is reported first); its lines go with the input.
         prefixes = read_lines(existing_file(args.prefixes, "prefixes")) if args.prefixes is not None else None
-        names = (
-            *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
-            *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8", "num_return_sequences"),
-            *("scores", "sampling", "top_k", "top_p", "temperature", "seed", "prefix_column", "alignments"),
-        )
-        results = translate_stream(TranslateOptions(**_options(args, names)), lines, prefixes)
+        # (--prefix names a file: its lines, read above, go with the input lines)
+        options = _command_options(TranslateOptions, args, prefixes=())
+        results = translate_stream(options, lines, prefixes)
         # The first line comes once the model is loaded and the options checked: only then is --output created.
         first = list(itertools.islice(results, 1))
         out = sys.stdout if args.output is None else stack.enter_context(open(output, "w", encoding="utf-8"))
@@ -666,7 +664,7 @@ def _add_push_parser(subparsers: Any) -> None:
 
 def run_push(args: argparse.Namespace) -> int:
     """The `push` subcommand."""
-    result = push(PushOptions(**_options(args, ("model_dir", "repo_id", "private", "revision", "force"))))
+    result = push(_command_options(PushOptions, args))
     print(f"Pushed {len(result.files)} files to {args.repo_id}: {result.url}")
     return 0
 
@@ -699,8 +697,7 @@ def run_curve(args: argparse.Namespace) -> int:
     """The `curve` subcommand."""
     from .training.learning_curve import CurveOptions, learning_curve
 
-    names = ("run_dir", "src_lang", "tgt_lang", "batch_size", "limit", "compare_curve")
-    result = learning_curve(CurveOptions(**_options(args, names), progress=not args.no_progress))
+    result = learning_curve(_command_options(CurveOptions, args, progress=not args.no_progress))
     print(f"Wrote {result.png}")
     return 0
 
@@ -729,8 +726,7 @@ def _add_attention_parser(subparsers: Any) -> None:
 
 def run_attention(args: argparse.Namespace) -> int:
     """The `attention` subcommand: print the paths of the written plots."""
-    names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi", "trust_remote_code")
-    for path in plot_attention_maps(AttentionOptions(**_options(args, names))):
+    for path in plot_attention_maps(_command_options(AttentionOptions, args)):
         print(path)
     return 0
 
@@ -795,11 +791,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     transformers_logging.disable_progress_bar()
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
-    names = (
-        *("model_dir", "host", "port", "device", "bf16", "bf16_weights", "int8", "max_batch_tokens", "max_wait_ms"),
-        *("max_queue", "max_sentences", "max_chars", "max_input_tokens", "request_timeout", "trust_remote_code"),
-    )
-    serve(ServeOptions(**_options(args, names), access_log=not args.no_access_log))
+    serve(_command_options(ServeOptions, args, access_log=not args.no_access_log))
     return 0
 
 
