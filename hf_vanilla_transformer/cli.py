@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed
 import yaml
@@ -42,10 +42,20 @@ from .hub import PushOptions, push
 from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
 from .inference.cpu_inference import keep_freed_memory
 from .inference.loading import DEVICES, model_folder
-from .model.configuration_vanilla_transformer import PRESETS
-from .training.compiling import TORCH_COMPILE_CHOICES
+from .option_fields import (
+    finite_float,
+    flag_of,
+    milliseconds,
+    non_negative_int,
+    options_of,
+    positive_float,
+    positive_int,
+    read,
+    top_p,
+)
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 
+T = TypeVar("T")
 PROG = "hf-vanilla-transformer"
 PACKAGE_LOGGER = "hf_vanilla_transformer"
 
@@ -64,49 +74,22 @@ class CommandLineError(ValueError):
     """An error the command line words itself (in flags): not reworded as the library's errors are."""
 
 
-def _checked(convert: Callable[[str], Any], accepts: Callable[[Any], bool], wording: str) -> Callable[[str], Any]:
-    """An argparse `type`: `convert(text)` if it parses and `accepts` it, else the error "must be WORDING, got
-    'TEXT'"."""
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse `type` from a reader of option_fields: its ValueError is argparse's error, worded as it is."""
 
-    def parse(text: str) -> Any:
+    def convert(text: str) -> Any:
         try:
-            value = convert(text)
-        except ValueError:
-            value = None
-        if value is None or not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {wording}, got {text!r}")
-        return value
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
 
-    return parse
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
-def _duration(text: str) -> float:
-    from .training.options import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-_positive_int = _checked(int, lambda value: value >= 1, "a positive integer")
-
-
-_probability = _checked(float, lambda value: 0.0 <= value < 1.0, "a number in [0, 1)")
-
-
-_positive_float = _checked(float, lambda value: value > 0, "a positive number")
-
-
-_finite_float = _checked(float, lambda value: abs(value) < float("inf"), "a finite number")  # NaN fails too
-
-
-def _share_value(text: str) -> float:
-    text = text.strip()
-    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
-
-
-_share = _checked(_share_value, lambda value: 0 < value <= 1, "a share in (0, 1], as 0.3 or 30%")
+_positive_int = _argparse_type(positive_int)
+_positive_float = _argparse_type(positive_float)
+_finite_float = _argparse_type(finite_float)
 
 
 def _duration_text(seconds: float) -> str:
@@ -116,14 +99,28 @@ def _duration_text(seconds: float) -> str:
     return "".join(f"{value}{unit}" for value, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if value)
 
 
-def _add_compare_curve(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """`--compare-curve FILE.json`, of `train` and `curve`: the only way a comparison curve enters the plot."""
-    parser.add_argument(
-        "--compare-curve",
-        metavar="FILE.json",
-        help="draw the curves of this file beside the run's learning curve: another run's learning_curve.json or "
-        '{"curves": {label: [{"minutes": ..., "bleu": ...}, ...]}} (e.g. docs/runs/marian_learning_curves.json)',
-    )
+def _add_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, item: dataclasses.Field[Any], default: Any = None
+) -> None:
+    """The flag of an option field (option_fields.option), its destination the field's name; `default` is shown in
+    its help (a duration as 14m) where it is not None, and is the flag's argparse default."""
+    from .training.options import parse_duration
+
+    meta = item.metadata
+    words = meta["help"]
+    if default is not None and not isinstance(default, bool):
+        words += f" (default: {_duration_text(default) if meta['parse'] is parse_duration else default})"
+    arguments: dict[str, Any] = {"dest": item.name, "default": default, "help": words.replace("%", "%%")}
+    if meta["negated"] is not None:
+        arguments["action"] = "store_false"
+    elif item.type in ("bool", bool):
+        arguments["action"] = "store_true"
+    else:
+        parse = meta["parse"]
+        arguments.update(type=parse and _argparse_type(parse), choices=meta["choices"], metavar=meta["metavar"])
+        if meta["const"] is not None:  # the flag alone means `const`
+            arguments.update(nargs="?", const=meta["const"])
+    parser.add_argument(flag_of(item), *meta["flags"], **arguments)
 
 
 def _add_trust_remote_code(parser: argparse.ArgumentParser) -> None:
@@ -145,14 +142,15 @@ def _add_max_input_tokens(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in names}
+def _command_options(cls: type[T], args: argparse.Namespace, **own: Any) -> T:
+    """A command's options (`cls`, a dataclass of the library) from the parsed arguments of its fields' names (each
+    flag's destination is its field), and `own`: the fields the command sets itself (a negated flag's, one read
+    from a file)."""
+    names = {item.name for item in dataclasses.fields(cls)} & set(vars(args)) - set(own)  # type: ignore[arg-type]
+    return cls(**{name: getattr(args, name) for name in names}, **own)
 
 
 # ---------------------------------------------------------------------------------------------------- wording
-
-# The fields whose flag says the opposite: `evaluate=False` is --no-eval.
-_NEGATED = {"evaluate": "no_eval", "progress": "no_progress"}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
@@ -176,7 +174,11 @@ def _option_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, st
 
 def _flag_wording(message: str, flags: Mapping[str, str], quoted: bool = True) -> str:
     """`message` of the library in this command line's words (errors.flag_wording; `evaluate=False` -> `--no-eval`)."""
-    return flag_wording(message, flags, quoted, _NEGATED)
+    from .training.options import TrainOptions
+
+    # The fields whose flag says the opposite (`evaluate=False` is --no-eval): their flag is their destination's.
+    negated = {item.name: item.name for item in options_of(TrainOptions) if item.metadata["negated"] is not None}
+    return flag_wording(message, flags, quoted, negated)
 
 
 class _FlagWording(logging.Formatter):
@@ -211,26 +213,6 @@ def _printed_progress(flags: Mapping[str, str]) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------------------- train
 
-# TrainOptions fields whose command-line options have the same name (the rest are mapped in `run_train`).
-_TRAIN_OPTIONS = (
-    *("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"),
-    *("dataset", "dataset_config", "src_column", "tgt_column", "train_split", "valid_split", "test_split"),
-    "max_length",
-    *("max_length_ratio", "preprocessing_workers", "tokenizer_sample"),
-    *("max_train_pairs", "preset", "dropout", "vocab_size", "tokenizer", "schedule", "lr", "warmup_steps"),
-    *("attention_dropout", "activation_dropout"),
-    "lr_cooldown",
-    *("label_smoothing", "max_tokens", "grad_accum", "seed", "bf16", "attn_implementation", "max_time", "epochs"),
-    *("max_steps", "save_every", "average_last", "curve_every", "compare_curve", "resume", "overwrite"),
-    *("output_dir", "eval_batch_size", "examples", "logging_steps", "license", "push_to_hub", "private"),
-    *("license_name", "test_max_sentences", "test_num_beams", "evaluation_time", "num_beams", "length_penalty"),
-    *("average", "average_span", "eval_every", "eval_num_beams", "eval_max_sentences", "report_to"),
-    *("early_stopping_patience", "keep_best"),
-    *("init_from", "decoder_start_embedding", "torch_compile"),
-)
-# The `train` options that are not TrainOptions fields of the same name: read by `run_train` itself.
-_TRAIN_CONTROL = ("recipe", "config", "no_eval", "no_progress")
-
 
 def _budget(recipe: Recipe) -> str:
     """The recipe's budget as the help text writes it: 14m, 100000 updates, ..."""
@@ -241,10 +223,10 @@ def _budget(recipe: Recipe) -> str:
 
 
 def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
-    """The `train` options; the defaults of those a recipe sets are `recipe`'s (the one `--recipe` names)."""
-    from .training.data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
-    from .training.options import DEFAULT_OUTPUT_DIR
-    from .training.trainer import LR_SCHEDULES
+    """The `train` options, one flag per TrainOptions option (training/options.py), under its group; the defaults
+    shown are `recipe`'s (the one `--recipe` names), and each is the library's: `run_train` passes only the options
+    given."""
+    from .training.options import DEFAULT_OUTPUT_DIR, GROUPS, TrainOptions
 
     parser = subparsers.add_parser(
         "train",
@@ -259,310 +241,24 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
             "--config FILE reads options and Trainer arguments from a YAML or JSON file, which the command line "
             "overrides. RUN/run_config.json records the resolved configuration: --config it to repeat the run."
         ),
-        formatter_class=_HelpFormatter,
     )
+    summaries = "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values())
     parser.add_argument(
         "--recipe",
         default=recipe.name,
         choices=sorted(RECIPES),
-        help="the settings to start from (hf_vanilla_transformer/training/recipes.py): "
-        + "; ".join(f"{item.name}: {item.summary}" for item in RECIPES.values()).replace("%", "%%"),
+        help=f"the settings to start from (hf_vanilla_transformer/training/recipes.py): {summaries} "
+        f"(default: {recipe.name})".replace("%", "%%"),
     )
     parser.add_argument(
         "--config",
         metavar="FILE",
-        help="a YAML (.yaml/.yml) or JSON file of options (TrainOptions names: lr, warmup_steps, max_time, ...; "
-        "`recipe`) and Trainer arguments (optim, max_grad_norm, ...); the command line overrides it",
+        help="a YAML (.yaml/.yml) or JSON file of options (their names with underscores: lr, warmup_steps, "
+        "max_time, ...; `recipe`) and Trainer arguments (optim, max_grad_norm, ...); the command line overrides it",
     )
-    data = parser.add_argument_group("data (default: the bundled Multi30k)")
-    data.add_argument(
-        "--src-lang",
-        default="en",
-        help=f"source language, a BCP-47 tag as the Hub takes it (en, de, pt-BR, zh-Hant, eng); Multi30k has "
-        f"{', '.join(MULTI30K_LANGUAGES)}",
-    )
-    data.add_argument("--tgt-lang", default="de", help="target language, a BCP-47 tag (de, fr, pt-BR, ...)")
-    data.add_argument("--train-src", help="training source file, one sentence per line (.gz allowed)")
-    data.add_argument("--train-tgt", help="training target file, line-aligned with --train-src")
-    data.add_argument("--valid-src", help="validation (dev) source file, scored during training")
-    data.add_argument("--valid-tgt", help="validation reference file")
-    data.add_argument("--test-src", help="test source file (default with Multi30k: test_2016_flickr)")
-    data.add_argument("--test-tgt", help="test reference file")
-    data.add_argument(
-        "--dataset",
-        metavar="NAME_OR_PATH",
-        help="train on a dataset instead (datasets.load_dataset): a Hub name, a save_to_disk folder, or a local "
-        "json/jsonl/csv/parquet file (its split: train); a `translation` column of {lang: text} dicts or two text "
-        "columns (--src-column/--tgt-column)",
-    )
-    data.add_argument("--dataset-config", help="the Hub dataset's configuration, e.g. de-en for wmt14")
-    data.add_argument(
-        "--src-column", help="--dataset's source text column (default: --src-lang, or the `translation` column)"
-    )
-    data.add_argument("--tgt-column", help="--dataset's target text column (default: --tgt-lang)")
-    data.add_argument("--train-split", help="--dataset's split to train on (default: train)")
-    data.add_argument(
-        "--valid-split", help="--dataset's validation split (default: validation, where the dataset has one)"
-    )
-    data.add_argument("--test-split", help="--dataset's test split (default: test, where the dataset has one)")
-    data.add_argument(
-        "--max-length",
-        type=_positive_int,
-        default=DEFAULT_MAX_LENGTH,
-        help="drop training pairs with more tokens than this on a side (</s> included)",
-    )
-    data.add_argument(
-        "--max-length-ratio",
-        type=_positive_float,
-        help="drop training pairs whose longer side has more than this times the tokens of the shorter (e.g. 1.5 "
-        "to 9, as Moses' clean-corpus-n); default: keep every ratio",
-    )
-    data.add_argument(
-        "--preprocessing-workers",
-        type=_positive_int,
-        default=1,
-        help="processes that tokenize the training data (into a cached Arrow file, reused by the next run)",
-    )
-    data.add_argument(
-        "--tokenizer-sample",
-        type=_positive_int,
-        default=DEFAULT_TOKENIZER_SAMPLE,
-        help="train the BPE on at most this many sentences (a seeded sample of the pairs; all of Multi30k fits)",
-    )
-    data.add_argument("--max-train-pairs", type=_positive_int, help="use only the first N training pairs")
-
-    model = parser.add_argument_group("model and tokenizer")
-    # No argparse defaults for the options --init-from refuses: the recipe fills them in (TrainOptions.from_recipe),
-    # so that only those given explicitly conflict with --init-from.
-    model.add_argument(
-        "--preset", choices=sorted(PRESETS), help=f"model size (Table 3 names) (default: {recipe.preset})"
-    )
-    model.add_argument("--dropout", type=_probability, help="P_drop (§5.4); default: the preset's")
-    for flag, default, words in [
-        ("--attention-dropout", recipe.attention_dropout, "on the attention weights (OpenNMT-py's and fairseq's"),
-        ("--activation-dropout", recipe.activation_dropout, "after the FFN's ReLU (fairseq's"),
-    ]:
-        shown = "the preset's, 0" if default is None else default
-        model.add_argument(
-            flag, type=_probability, help=f"dropout {words} {flag}; a deviation: §5.4 has none) (default: {shown})"
-        )
-    model.add_argument(
-        "--vocab-size", type=_positive_int, help=f"joint BPE size (§5.1) (default: {recipe.vocab_size})"
-    )
-    model.add_argument("--tokenizer", help="an existing tokenizer folder instead of training a BPE")
-    model.add_argument(
-        "--init-from",
-        metavar="MODEL_DIR",
-        help="fine-tune: start from this model folder (a run's RUN/model, or one written by `python -m conversion`) "
-        "with its config, weights and tokenizer, instead of a new --preset model (see --recipe finetune)",
-    )
-    model.add_argument(
-        "--decoder-start-embedding",
-        choices=("zero", "train"),
-        help="'zero' (default): keep the decoder start token's embedding at zero, as CTranslate2 decodes; 'train': "
-        "train it (needed with --init-from for models whose decoder starts from another token than <pad>)",
-    )
-
-    optim = parser.add_argument_group("optimization (§5.3, §5.4)")
-    optim.add_argument(
-        "--schedule",
-        default=recipe.schedule,
-        choices=LR_SCHEDULES,
-        help="'paper' = eq. (3); 'inverse_sqrt' = deviation: linear warmup to --lr, then 1/sqrt(step) (fairseq)",
-    )
-    optim.add_argument(
-        "--lr",
-        type=_positive_float,
-        help=f"peak learning rate for inverse_sqrt (default {DEFAULT_RECIPE.lr}); factor on eq. (3) for paper "
-        "(default 1.0 = the paper)",
-    )
-    optim.add_argument("--warmup-steps", type=_positive_int, default=recipe.warmup_steps, help="the paper: 4000")
-    optim.add_argument(
-        "--lr-cooldown",
-        type=_share,
-        default=recipe.lr_cooldown,
-        help="deviation: scale the learning rate linearly down to 0 over this last share of the budget (--max-time, "
-        "else --max-steps), e.g. 30%%; default: the recipe's (the paper has none)",
-    )
-    optim.add_argument(
-        "--label-smoothing", type=_probability, default=recipe.label_smoothing, help="epsilon_ls (§5.4)"
-    )
-    optim.add_argument(
-        "--max-tokens", type=_positive_int, default=recipe.max_tokens, help="padded tokens per side and batch"
-    )
-    optim.add_argument("--grad-accum", type=_positive_int, default=1, help="batches per update")
-    optim.add_argument("--seed", type=int, default=1)
-    optim.add_argument(
-        "--bf16",
-        nargs="?",
-        const="yes",
-        default=recipe.bf16,
-        choices=("auto", "yes", "no"),
-        help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where the device has bf16 matrix units, as torch "
-        "reports them: CPUs with AMX or AVX512-BF16, GPUs of compute capability 8.0+; fp32 elsewhere, e.g. AVX2-only "
-        "CPUs, V100 and T4 GPUs, which emulate bf16) or --bf16 no",
-    )
-    optim.add_argument(
-        "--torch-compile",
-        "--torch_compile",  # as run_translation.py spells transformers' switch
-        nargs="?",
-        const="yes",
-        default=recipe.torch_compile,
-        choices=TORCH_COMPILE_CHOICES,
-        help="compile the training step with torch.compile (inductor; C++/OpenMP kernels on a CPU, Triton on a GPU): "
-        "--torch-compile (= yes), --torch-compile auto (on a GPU only, as CUDA graphs where an update is launch-bound:"
-        " compiling.graphs_win), graphs (CUDA graphs over 8 fixed batch shapes) or no; where compiling cannot work, "
-        "one line says so and training goes on eagerly",
-    )
-    optim.add_argument(
-        "--attn-implementation",
-        choices=("eager", "sdpa"),
-        help="attention kernels for training (the same function): default eager on the CPU (PyTorch's fused CPU "
-        "attention has a slow bf16 backward at these lengths: 1.5x slower steps, bench/README.md), sdpa on a GPU",
-    )
-
-    budget = parser.add_argument_group("budget and checkpoints")
-    budget.add_argument(
-        "--max-time",
-        type=_duration,
-        help="wall-clock training budget, e.g. 1h, 20m, 1h30m ("
-        + (f"default {_budget(recipe)}" if recipe.max_time is not None else f"the recipe's budget: {_budget(recipe)}")
-        + " unless --epochs or --max-steps is given); the whole command, the evaluation after training included, "
-        "ends within 10%% more, what did not fit listed with its command (docs/training.md)",
-    )
-    budget.add_argument(
-        "--evaluation-time",
-        type=_duration,
-        help="with --max-time, how long the evaluation after training may take, e.g. 5m (default: "
-        + (_duration_text(recipe.evaluation_time) if recipe.evaluation_time is not None else "10%% of --max-time")
-        + "); less scores the test set's first sentences that fit",
-    )
-    budget.add_argument("--epochs", type=_positive_int, help="number of epochs")
-    budget.add_argument("--max-steps", type=_positive_int, help="number of updates")
-    budget.add_argument(
-        "--save-every",
-        type=_duration,
-        default=recipe.save_every,
-        help="checkpoint interval in seconds or as 10m (the paper: 10m); checkpoints are also written each epoch",
-    )
-    budget.add_argument(
-        "--average-last",
-        "--average-checkpoints",
-        type=_positive_int,
-        default=recipe.average_last,
-        help="k, the number of checkpoints averaged into the final model (1 = one checkpoint)",
-    )
-    budget.add_argument(
-        "--average",
-        choices=("last", "best", "spread"),
-        default=recipe.average,
-        help="which k checkpoints: the last ones (§6.1), the best by dev BLEU (needs a dev set), or spread evenly "
-        "over --average-span at the end of the run (the paper's 10-minute intervals)",
-    )
-    budget.add_argument(
-        "--average-span",
-        default=recipe.average_span,
-        help="with --average spread: the end of the run the k checkpoints are spread over, as a share of its "
-        "training time (50%%) or a duration (30m)",
-    )
-    budget.add_argument(
-        "--curve-every",
-        type=_duration,
-        default=recipe.curve_every,
-        help="save the weights every this many seconds of training (e.g. 5m) into OUTPUT_DIR/curve and, after "
-        "training, plot validation BLEU against training minutes (learning_curve.png)",
-    )
-    _add_compare_curve(budget)
-    budget.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
-    budget.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start afresh in a run folder of an earlier run: its checkpoints are deleted (never others' files)",
-    )
-
-    dev = parser.add_argument_group("validation during training (with --valid-src/--valid-tgt)")
-    dev.add_argument(
-        "--eval-every",
-        help="score the dev set: 'save' = at each checkpoint save (default), N = every N updates (500), or a "
-        "duration with its unit = every so much training time (10m, 90s); each evaluation saves a checkpoint",
-    )
-    dev.add_argument(
-        "--eval-num-beams", type=_positive_int, help="beam size of the dev decoding (default: greedy; the paper: 4)"
-    )
-    dev.add_argument(
-        "--eval-max-sentences", type=_positive_int, default=1000, help="score at most the first N dev pairs"
-    )
-    dev.add_argument(
-        "--report-to",
-        default="none",
-        help="send the logs (loss, dev BLEU, chrF) to these integrations, comma-separated: tensorboard (event "
-        "files in OUTPUT_DIR/checkpoints/runs), wandb, ...; 'none' = the printed log only",
-    )
-    dev.add_argument(
-        "--early-stopping-patience",
-        type=_positive_int,
-        help="stop after N evaluations in a row without a better dev BLEU",
-    )
-    dev.add_argument(
-        "--keep-best",
-        action="store_true",
-        default=None,
-        help="keep the checkpoint with the best dev BLEU, whatever the checkpoint limit removes",
-    )
-
-    output = parser.add_argument_group("output and evaluation")
-    output.add_argument(
-        "--output-dir",
-        default=DEFAULT_OUTPUT_DIR,
-        help="the run folder (new, empty or a run's): checkpoints/, curve/, run_settings.json, and the model "
-        "folder OUTPUT_DIR/model",
-    )
-    output.add_argument("--no-eval", action="store_true", help="skip the test-set evaluation")
-    output.add_argument("--eval-batch-size", type=_positive_int, default=64)
-    # No argparse defaults: the recipe's apply unless given (--recipe quick cuts the test decoding).
-    output.add_argument(
-        "--test-max-sentences",
-        type=_positive_int,
-        help="score only the first N test sentences (a trial; the card says so)"
-        + (f" (default: {recipe.test_max_sentences})" if recipe.test_max_sentences else " (default: all)"),
-    )
-    output.add_argument(
-        "--test-num-beams",
-        type=_positive_int,
-        help="decode the test set with this many beams (1: greedy, quick; the card says so)"
-        + (f" (default: {recipe.test_num_beams})" if recipe.test_num_beams else " (default: the model's, §6.1: 4)"),
-    )
-    output.add_argument(
-        "--num-beams",
-        type=_positive_int,
-        help="the saved model's beam size (its generation_config.json: generate(), the pipeline, the test scoring)"
-        + (f" (default: {recipe.num_beams})" if recipe.num_beams else " (default: §6.1's 4)"),
-    )
-    output.add_argument(
-        "--length-penalty",
-        type=_finite_float,
-        help="the saved model's length penalty α (GNMT's)"
-        + (f" (default: {recipe.length_penalty:g})" if recipe.length_penalty is not None else " (default: §6.1: 0.6)"),
-    )
-    output.add_argument("--examples", type=int, default=5, help="example translations to print")
-    output.add_argument("--logging-steps", type=_positive_int, default=50)
-    output.add_argument("--no-progress", action="store_true", help="no progress bars")
-    output.add_argument(
-        "--license",
-        help="the model card's Hub license id: apache-2.0, mit, cc-by-4.0, cc-by-nc-4.0, ... "
-        "(https://huggingface.co/docs/hub/repositories-licenses), or other with --license-name (default: the "
-        "training data's own terms: Multi30k's non-commercial research terms as `license: other`; none for other "
-        "data)",
-    )
-    output.add_argument("--license-name", help="with --license other: the terms' name, kebab-case (my-terms-1.0)")
-    output.add_argument(
-        "--push-to-hub",
-        metavar="REPO_ID",
-        help="upload the model folder to this Hub repository at the end (see `push`); the token is checked first",
-    )
-    output.add_argument(
-        "--private", action="store_true", default=None, help="with --push-to-hub: create the repository private"
-    )
+    groups = {title: parser.add_argument_group(title) for title in GROUPS}
+    for item in options_of(TrainOptions):
+        _add_option(groups[item.metadata["group"]], item, getattr(recipe, item.name))
     parser.set_defaults(func=run_train, train_parser=parser)
 
 
@@ -615,9 +311,9 @@ def _trainer_arguments(argv: list[str], ours: list[str]) -> dict[str, Any]:
     return given
 
 
-def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(TrainOptions values with `recipe`, Trainer arguments) of a --config file. Keys are TrainOptions field names
-    (dashes read as underscores) or Trainer argument names; string values are typed as on the command line (so
+def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainOptions values with `recipe`, Trainer arguments) of a --config file. Keys are TrainOptions option names
+    (dashes read as underscores) or Trainer argument names; string values are read as on the command line (so
     durations such as "1h" and YAML's "1e-3" work), other values are taken as the file types them."""
     from .training.options import TrainOptions
     from .training.train import trainer_argument_names
@@ -633,25 +329,23 @@ def _read_config(path: str, train_parser: argparse.ArgumentParser) -> tuple[dict
         raise CommandLineError(f"`--config` {path}: name a .yaml, .yml or .json file.")
     if not isinstance(content, dict):
         raise CommandLineError(f"`--config` {path} must hold a mapping of option names to values.")
-    fields = {item.name for item in dataclasses.fields(TrainOptions)} - {"command", "trainer_args"}
-    ours_by_dest = {action.dest: action for action in train_parser._actions}
+    options = {item.name: item for item in options_of(TrainOptions)}
     trainer_names = trainer_argument_names()
     ours: dict[str, Any] = {}
     trainer: dict[str, Any] = {}
     for key, value in content.items():
         name = str(key).replace("-", "_")
-        if name == "recipe" or name in fields:
-            action = ours_by_dest.get(name)
-            if isinstance(value, str) and action is not None and action.type is not None:
-                try:
-                    value = action.type(value)
-                except argparse.ArgumentTypeError as error:
-                    raise CommandLineError(f"`--config` {path}: `{key}`: {error}.") from None
+        if name in options:
+            try:
+                ours[name] = read(options[name], value) if isinstance(value, str) else value
+            except ValueError as error:
+                raise CommandLineError(f"`--config` {path}: `{key}`: {error}.") from None
+        elif name == "recipe":
             ours[name] = value
         elif name in trainer_names:
             trainer[name] = _trainer_arguments([f"--{name}", value], [])[name] if isinstance(value, str) else value
         else:
-            known = sorted(fields | {"recipe"}) + trainer_names
+            known = [*options, "recipe", *trainer_names]
             raise CommandLineError(
                 f"`--config` {path}: unknown key `{key}`{close_matches(name, known)}. Keys are TrainOptions names "
                 "(the options' names with underscores) and Seq2SeqTrainingArguments fields."
@@ -666,11 +360,8 @@ def run_train(args: argparse.Namespace) -> int:
     from .training.train import train
 
     given = _given(args.train_parser, args.argv[1:])[0]
-    ours, trainer = _read_config(args.config, args.train_parser) if args.config is not None else ({}, {})
-    ours.update((name, value) for name, value in given.items() if name in _TRAIN_OPTIONS)
-    for flag, name in (("no_eval", "evaluate"), ("no_progress", "progress")):
-        if flag in given:
-            ours[name] = not given[flag]
+    ours, trainer = _read_config(args.config) if args.config is not None else ({}, {})
+    ours.update((item.name, given[item.name]) for item in options_of(TrainOptions) if item.name in given)
     recipe = given.get("recipe", ours.pop("recipe", DEFAULT_RECIPE.name))
     if recipe not in RECIPES:
         raise CommandLineError(f"`recipe` {recipe!r} in --config {args.config}: pick one of {sorted(RECIPES)}.")
@@ -730,11 +421,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
-    names = (
-        *("model_dir", "src_lang", "tgt_lang", "split", "src", "ref", "batch_size", "num_beams", "output"),
-        *("length_penalty", "max_input_tokens", "trust_remote_code", "int8", "bf16_weights", "max_sentences"),
-    )
-    results = evaluate(EvaluateOptions(**_options(args, names), progress=not args.no_progress))
+    results = evaluate(_command_options(EvaluateOptions, args, progress=not args.no_progress))
     print(
         f"BLEU {results['bleu']:.2f} ({results['bleu_signature']})\n"
         f"lowercased BLEU {results['bleu_lowercase']:.2f}\nchrF {results['chrf']:.2f}\n"
@@ -746,10 +433,65 @@ def run_evaluate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- translate
 
 
-_non_negative_int = _checked(int, lambda value: value >= 0, "a non-negative integer")
-
-
-_top_p = _checked(float, lambda value: 0.0 < value <= 1.0, "a number in (0, 1]")
+def _add_decoding_modes(modes: argparse._ArgumentGroup) -> None:
+    """The decoding modes of `translate`: several outputs, scores, sampling, prefixes, alignments."""
+    modes.add_argument(
+        "--num-return-sequences",
+        type=_positive_int,
+        metavar="N",
+        help="print N outputs of each line, tab-separated on its line (best first for beam search, in drawing order "
+        "for --sampling); beam search needs --num-beams >= N",
+    )
+    modes.add_argument(
+        "--scores", action="store_true", help="print each output's score (log-probability / length penalty) after it"
+    )
+    modes.add_argument(
+        "--sampling",
+        action="store_true",
+        help="sample each token from the model's distribution (back-translation), with 1 beam unless --num-beams",
+    )
+    modes.add_argument(
+        "--top-k",
+        type=_argparse_type(non_negative_int),
+        metavar="K",
+        help="sample from the K likeliest tokens only (0: all)",
+    )
+    modes.add_argument(
+        "--top-p",
+        type=_argparse_type(top_p),
+        metavar="P",
+        help="sample from the likeliest tokens whose probabilities reach P (nucleus; 1: all)",
+    )
+    modes.add_argument(
+        "--temperature",
+        type=_positive_float,
+        metavar="T",
+        help="divide the logits by T before sampling (1: the model's own)",
+    )
+    modes.add_argument(
+        "--seed",
+        type=_argparse_type(non_negative_int),
+        metavar="S",
+        help="seed of the sampling: the same seed, lines and options, the same outputs",
+    )
+    modes.add_argument(
+        "--prefix",
+        dest="prefixes",
+        metavar="FILE",
+        help="force each output to start with line i of this UTF-8 file (.gz allowed) for input line i (an empty "
+        "line: no prefix)",
+    )
+    modes.add_argument(
+        "--prefix-column",
+        action="store_true",
+        help="each input line is `source<TAB>prefix` (no tab: no prefix); each output starts with its line's prefix",
+    )
+    modes.add_argument(
+        "--alignments",
+        action="store_true",
+        help="print each output's hard word alignment to its source after it, as Pharaoh `i-j` pairs (source word "
+        "i, output word j, 0-based; encoder-decoder attention of the last layer, heads averaged)",
+    )
 
 
 def _add_translate_parser(subparsers: Any) -> None:
@@ -790,61 +532,7 @@ def _add_translate_parser(subparsers: Any) -> None:
         help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
         "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
     )
-    modes = parser.add_argument_group("decoding modes (docs/translation.md)")
-    modes.add_argument(
-        "--num-return-sequences",
-        type=_positive_int,
-        metavar="N",
-        help="print N outputs of each line, tab-separated on its line (best first for beam search, in drawing order "
-        "for --sampling); beam search needs --num-beams >= N",
-    )
-    modes.add_argument(
-        "--scores", action="store_true", help="print each output's score (log-probability / length penalty) after it"
-    )
-    modes.add_argument(
-        "--sampling",
-        action="store_true",
-        help="sample each token from the model's distribution (back-translation), with 1 beam unless --num-beams",
-    )
-    modes.add_argument(
-        "--top-k", type=_non_negative_int, metavar="K", help="sample from the K likeliest tokens only (0: all)"
-    )
-    modes.add_argument(
-        "--top-p",
-        type=_top_p,
-        metavar="P",
-        help="sample from the likeliest tokens whose probabilities reach P (nucleus; 1: all)",
-    )
-    modes.add_argument(
-        "--temperature",
-        type=_positive_float,
-        metavar="T",
-        help="divide the logits by T before sampling (1: the model's own)",
-    )
-    modes.add_argument(
-        "--seed",
-        type=_non_negative_int,
-        metavar="S",
-        help="seed of the sampling: the same seed, lines and options, the same outputs",
-    )
-    modes.add_argument(
-        "--prefix",
-        dest="prefixes",
-        metavar="FILE",
-        help="force each output to start with line i of this UTF-8 file (.gz allowed) for input line i (an empty "
-        "line: no prefix)",
-    )
-    modes.add_argument(
-        "--prefix-column",
-        action="store_true",
-        help="each input line is `source<TAB>prefix` (no tab: no prefix); each output starts with its line's prefix",
-    )
-    modes.add_argument(
-        "--alignments",
-        action="store_true",
-        help="print each output's hard word alignment to its source after it, as Pharaoh `i-j` pairs (source word "
-        "i, output word j, 0-based; encoder-decoder attention of the last layer, heads averaged)",
-    )
+    _add_decoding_modes(parser.add_argument_group("decoding modes (docs/translation.md)"))
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
     parser.add_argument(
         "--bf16",
@@ -903,12 +591,9 @@ def run_translate(args: argparse.Namespace) -> int:
             lines = LineStream(sys.stdin.buffer, "stdin")
         # --prefix FILE is read whole, before decoding (a bad byte is reported first); its lines go with the input.
         prefixes = read_lines(existing_file(args.prefixes, "prefixes")) if args.prefixes is not None else None
-        names = (
-            *("model_dir", "batch_size", "num_beams", "max_input_tokens", "trust_remote_code", "length_penalty"),
-            *("max_new_tokens", "n_best", "device", "bf16", "bf16_weights", "int8", "num_return_sequences"),
-            *("scores", "sampling", "top_k", "top_p", "temperature", "seed", "prefix_column", "alignments"),
-        )
-        results = translate_stream(TranslateOptions(**_options(args, names)), lines, prefixes)
+        # (--prefix names a file: its lines, read above, go with the input lines)
+        options = _command_options(TranslateOptions, args, prefixes=())
+        results = translate_stream(options, lines, prefixes)
         # The first line comes once the model is loaded and the options checked: only then is --output created.
         first = list(itertools.islice(results, 1))
         out = sys.stdout if args.output is None else stack.enter_context(open(output, "w", encoding="utf-8"))
@@ -979,7 +664,7 @@ def _add_push_parser(subparsers: Any) -> None:
 
 def run_push(args: argparse.Namespace) -> int:
     """The `push` subcommand."""
-    result = push(PushOptions(**_options(args, ("model_dir", "repo_id", "private", "revision", "force"))))
+    result = push(_command_options(PushOptions, args))
     print(f"Pushed {len(result.files)} files to {args.repo_id}: {result.url}")
     return 0
 
@@ -1001,7 +686,9 @@ def _add_curve_parser(subparsers: Any) -> None:
     parser.add_argument("--tgt-lang", help="default: the run's or de")
     parser.add_argument("--batch-size", type=_positive_int, default=64)
     parser.add_argument("--limit", type=_positive_int, help="score only the first N validation sentences")
-    _add_compare_curve(parser)
+    from .training.options import TrainOptions
+
+    _add_option(parser, next(item for item in options_of(TrainOptions) if item.name == "compare_curve"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run_curve)
 
@@ -1010,8 +697,7 @@ def run_curve(args: argparse.Namespace) -> int:
     """The `curve` subcommand."""
     from .training.learning_curve import CurveOptions, learning_curve
 
-    names = ("run_dir", "src_lang", "tgt_lang", "batch_size", "limit", "compare_curve")
-    result = learning_curve(CurveOptions(**_options(args, names), progress=not args.no_progress))
+    result = learning_curve(_command_options(CurveOptions, args, progress=not args.no_progress))
     print(f"Wrote {result.png}")
     return 0
 
@@ -1040,16 +726,12 @@ def _add_attention_parser(subparsers: Any) -> None:
 
 def run_attention(args: argparse.Namespace) -> int:
     """The `attention` subcommand: print the paths of the written plots."""
-    names = ("model_dir", "sentence", "target", "out", "layers", "heads", "dpi", "trust_remote_code")
-    for path in plot_attention_maps(AttentionOptions(**_options(args, names))):
+    for path in plot_attention_maps(_command_options(AttentionOptions, args)):
         print(path)
     return 0
 
 
 # ---------------------------------------------------------------------------------------------------- serve
-
-
-_milliseconds = _checked(float, lambda value: 0 <= value < float("inf"), "a number of milliseconds >= 0")
 
 
 def _add_serve_parser(subparsers: Any) -> None:
@@ -1078,7 +760,7 @@ def _add_serve_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max-wait-ms",
-        type=_milliseconds,
+        type=_argparse_type(milliseconds),
         default=5.0,
         help="how long a sentence waits for others to batch with (while the model is busy, they gather anyway)",
     )
@@ -1109,11 +791,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     transformers_logging.disable_progress_bar()
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
-    names = (
-        *("model_dir", "host", "port", "device", "bf16", "bf16_weights", "int8", "max_batch_tokens", "max_wait_ms"),
-        *("max_queue", "max_sentences", "max_chars", "max_input_tokens", "request_timeout", "trust_remote_code"),
-    )
-    serve(ServeOptions(**_options(args, names), access_log=not args.no_access_log))
+    serve(_command_options(ServeOptions, args, access_log=not args.no_access_log))
     return 0
 
 

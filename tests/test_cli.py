@@ -164,7 +164,7 @@ def test_train_dropout_deviations_reach_the_model(corpus, tmp_path, capsys) -> N
     assert (config["dropout"], config["attention_dropout"], config["activation_dropout"]) == (0.3, 0.1, 0.25)
     assert "parameters, P_drop 0.3, attention dropout 0.1, ReLU dropout 0.25; training with" in out
     settings = json.loads((output / "run_settings.json").read_text())
-    assert (settings["--dropout"], settings["--attention-dropout"], settings["--activation-dropout"]) == (
+    assert (settings["dropout"], settings["attention_dropout"], settings["activation_dropout"]) == (
         0.3,
         0.1,
         0.25,

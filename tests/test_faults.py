@@ -322,23 +322,23 @@ def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path)
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        pytest.param(["--dropout", "0.3"], "--dropout 0.3 now, 0.1 in the run", id="dropout"),
+        pytest.param(["--dropout", "0.3"], "`--dropout` 0.3 now, 0.1 in the run", id="dropout"),
         # A deviation's dropout: the earlier run, without it, recorded none (as runs from before the option).
         pytest.param(
-            ["--attention-dropout", "0.2"], "--attention-dropout 0.2 now, (not set) in the run", id="attention-dropout"
+            ["--attention-dropout", "0.2"], "`--attention-dropout` 0.2 now, (not set) in the run", id="attention-dropout"
         ),
         pytest.param("other-data", "training data 64 pairs, sha256 ", id="data"),
-        pytest.param(["--max-tokens", "64"], "--max-tokens 64 now, 48 in the run", id="max-tokens"),
-        pytest.param(["--bf16", "yes"], "--bf16 bf16 now, fp32 in the run", id="bf16"),
+        pytest.param(["--max-tokens", "64"], "`--max-tokens` 64 now, 48 in the run", id="max-tokens"),
+        pytest.param(["--bf16", "yes"], "`--bf16` bf16 now, fp32 in the run", id="bf16"),
         pytest.param(
             ["--vocab-size", "320"],
-            "--tokenizer a joint BPE of --vocab-size 320 now, a joint BPE of --vocab-size 300 in the run",
+            "`--tokenizer` a joint BPE of --vocab-size 320 now, a joint BPE of --vocab-size 300 in the run",
             id="vocab-size",
         ),
-        pytest.param("tokenizer", "--tokenizer vocabulary sha256 ", id="tokenizer"),
+        pytest.param("tokenizer", "`--tokenizer` vocabulary sha256 ", id="tokenizer"),
         # Another d_model: a size-mismatch traceback from load_state_dict before.
-        pytest.param(["--preset", "transformer-tiny"], "--preset transformer-tiny now, transformer-test", id="preset"),
-        pytest.param(["--seed", "4"], "--seed 4 now, 3 in the run", id="seed"),
+        pytest.param(["--preset", "transformer-tiny"], "`--preset` transformer-tiny now, transformer-test", id="preset"),
+        pytest.param(["--seed", "4"], "`--seed` 4 now, 3 in the run", id="seed"),
     ],
 )
 def test_resume_refuses_another_run(change, message, earlier_run, corpus, tmp_path, capsys, monkeypatch) -> None:
@@ -370,10 +370,10 @@ def test_run_settings_record_the_dropout_deviations_only_where_given() -> None:
 
     pairs = Dataset.from_dict({"source": ["w4 w5"], "target": ["w6"]})
     unset = run_settings(TrainOptions(), pairs, "tok", 0.3, False)
-    assert not {"--attention-dropout", "--activation-dropout"} & set(unset)
+    assert not {"attention_dropout", "activation_dropout"} & set(unset)
     given = run_settings(TrainOptions(attention_dropout=0.0, activation_dropout=0.2), pairs, "tok", 0.3, False)
-    assert (given["--attention-dropout"], given["--activation-dropout"]) == (0.0, 0.2)
-    deviations = ("--attention-dropout", "--activation-dropout")
+    assert (given["attention_dropout"], given["activation_dropout"]) == (0.0, 0.2)
+    deviations = ("attention_dropout", "activation_dropout")
     assert {name: value for name, value in given.items() if name not in deviations} == unset
 
 

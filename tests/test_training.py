@@ -304,6 +304,28 @@ def test_optimizer_and_schedule_inside_the_trainer(tmp_path, schedule) -> None:
         trainer.lr_scheduler.step()
 
 
+def test_warmup_init_lr_starts_the_inverse_sqrt_warmup_there(tmp_path) -> None:
+    """fairseq's --warmup-init-lr: the warmup rises linearly from it (at step 0) to the peak, then 1/sqrt(step) as
+    without it; with eq. (3), or at or above the peak, it is refused."""
+    assert inverse_sqrt_learning_rate(1, 1e-3, 400, 1e-7) == pytest.approx(1e-7 + (1e-3 - 1e-7) / 400)
+    assert inverse_sqrt_learning_rate(200, 1e-3, 400, 1e-7) == pytest.approx((1e-7 + 1e-3) / 2)
+    assert inverse_sqrt_learning_rate(400, 1e-3, 400, 1e-7) == pytest.approx(1e-3)
+    assert inverse_sqrt_learning_rate(1600, 1e-3, 400, 1e-7) == inverse_sqrt_learning_rate(1600, 1e-3, 400)
+    tokenizer, dataset, model = tiny_setup()
+    trainer = make_trainer(
+        tmp_path, model, tokenizer, dataset, lr_schedule="inverse_sqrt", learning_rate=2e-3, warmup_init_lr=1e-4
+    )
+    trainer.create_optimizer_and_scheduler(num_training_steps=100)
+    for update in range(1, 12):  # the k-th update uses step_num = k; the warmup is 4 updates
+        expected = inverse_sqrt_learning_rate(update, 2e-3, 4, 1e-4)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    for overrides in (dict(lr_schedule="paper"), dict(lr_schedule="inverse_sqrt", learning_rate=1e-4)):
+        with pytest.raises(ValueError, match=r"`warmup_init_lr=0.0001` is where the inverse_sqrt warmup starts"):
+            VanillaSeq2SeqTrainingArguments(output_dir=str(tmp_path), warmup_init_lr=1e-4, **overrides)
+
+
 def remaining_share_factor(remaining: float, cooldown: float) -> float:
     """The cooldown's factor written out: 1 before the last `cooldown` share of the budget, then the share of the
     cooldown left."""

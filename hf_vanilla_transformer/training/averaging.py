@@ -33,7 +33,7 @@ from ..errors import OptionError
 from ..files import MODEL_LAYOUT, check_output_folder, replaced_folder, writable_folder
 from ..inference.loading import load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
-from .options import parse_duration
+from .options import AVERAGE_MODES, parse_duration
 
 # config.json entries that differ between checkpoints of one run without changing the model.
 _CONFIG_KEYS_IGNORED = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype")
@@ -164,9 +164,6 @@ def last_checkpoints(folder: str | Path, n: int, complete_only: bool = False) ->
     if len(found) < n:
         raise ValueError(f"Found {len(found)} checkpoints in {folder}; averaging the last {n} needs at least {n}.")
     return [path for _, path in found[-n:]]
-
-
-AVERAGE_MODES = ("last", "best", "spread")
 
 
 @dataclass(frozen=True)

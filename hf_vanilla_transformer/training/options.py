@@ -17,53 +17,28 @@ import torch
 from ..errors import OptionError, check_decoding
 from ..files import MODEL_DIR, RESULTS_FILE
 from ..hub_metadata import check_language, check_license, public_command
-from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
+from ..model.configuration_vanilla_transformer import PRESETS
+from ..option_fields import (
+    finite_float,
+    non_negative_float,
+    option,
+    options_of,
+    positive_float,
+    positive_int,
+    probability,
+    share,
+    with_role,
+)
+from .compiling import TORCH_COMPILE_CHOICES
+from .data import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE, MULTI30K_LANGUAGES
 from .recipes import DEFAULT_RECIPE, Recipe
+from .start_embedding import START_EMBEDDING_CHOICES
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_DIR = "outputs/multi30k-en-de"
-# The budget options: a recipe's budget applies as a whole unless one of them is given.
-BUDGET = ("max_time", "max_steps", "epochs")
-# The options that `init_from`'s folder replaces (its config and tokenizer).
-INIT_FROM_REPLACES = ("preset", "vocab_size", "tokenizer")
-# The `VanillaSeq2SeqTrainingArguments` fields that `train` sets from its own options, with the option that sets each
-# (its field, or field=value): `trainer_args` may set any other field, but not these, which would contradict the
-# option.
-TRAINER_ARGUMENTS_OF_OPTIONS = {
-    "output_dir": "output_dir",
-    "lr_schedule": "schedule",
-    "learning_rate": "lr",
-    "warmup_steps": "warmup_steps",
-    "lr_cooldown": "lr_cooldown",
-    "label_smoothing_factor": "label_smoothing",
-    "decoder_start_embedding": "decoder_start_embedding",
-    "max_tokens": "max_tokens",
-    "gradient_accumulation_steps": "grad_accum",
-    "num_train_epochs": "epochs",
-    "max_steps": "max_steps",
-    "max_time": "max_time",
-    "save_every": "save_every",
-    "bf16": "bf16",
-    "torch_compile": "torch_compile",
-    "seed": "seed",
-    "logging_steps": "logging_steps",
-    "disable_tqdm": "progress=False",
-    "resume_from_checkpoint": "resume",
-    "push_to_hub": "push_to_hub",
-    "hub_model_id": "push_to_hub",
-    # Validation during training, and the checkpoints that averaging and `keep_best` need kept.
-    "report_to": "report_to",
-    "eval_every": "eval_every",
-    "generation_num_beams": "eval_num_beams",
-    "per_device_eval_batch_size": "eval_batch_size",
-    "metric_for_best_model": "keep_best",
-    "early_stopping_patience": "early_stopping_patience",
-    "save_total_limit": "average_last",
-}
-# What the resolved configuration (RUN/run_config.json) leaves out: the record of the command line and what concerns
-# the run folder rather than the run.
-NOT_IN_RUN_CONFIG = ("command", "resume", "overwrite", "trainer_args")
+LR_SCHEDULES = ("paper", "inverse_sqrt")
+AVERAGE_MODES = ("last", "best", "spread")
 # `eval_every` for a dev evaluation at each checkpoint save.
 EVAL_AT_SAVES = "save"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
@@ -123,129 +98,491 @@ def parse_eval_every(text: str | None) -> EvalSchedule:
     return EvalSchedule(seconds=parse_duration(value))
 
 
+# The command-line groups the options are listed under.
+DATA = "data (default: the bundled Multi30k)"
+MODEL = "model and tokenizer"
+OPTIMIZATION = "optimization (§5.3, §5.4)"
+BUDGET_AND_CHECKPOINTS = "budget and checkpoints"
+VALIDATION = "validation during training (with --valid-src/--valid-tgt)"
+OUTPUT = "output and evaluation"
+GROUPS = (DATA, MODEL, OPTIMIZATION, BUDGET_AND_CHECKPOINTS, VALIDATION, OUTPUT)
+_PATH = str | os.PathLike
+
+
 @dataclass(frozen=True)
 class TrainOptions:
-    """Everything a training run needs. The defaults are the main job (recipes.MULTI30K) on the bundled Multi30k
-    EN->DE; `from_recipe` starts from another recipe. Durations are in seconds.
-
-    Data: Multi30k in `src_lang`/`tgt_lang`, or `train_src`/`train_tgt` files (one sentence per line, .gz allowed),
-    or a `dataset` (data.load_dataset_pairs: a Hub name with `dataset_config`, a save_to_disk folder, a local
-    json/jsonl/csv/parquet file) whose `train_split` (None: "train") trains, `valid_split` / `test_split` (None:
-    "validation" / "test" where the dataset has them) validate and test, with a `translation` column of {lang: text}
-    dicts or the `src_column` / `tgt_column` text columns (None: the language codes); `valid_src`/`valid_tgt` give
-    a validation (dev) set, `test_src`/`test_tgt` replace the test set (a dataset's too).
-    Preprocessing (data.prepare_pairs): pairs with an empty side, over `max_length` tokens on a side or (unless None)
-    over `max_length_ratio` (longer side / shorter side, in tokens) are dropped and counted; `preprocessing_workers`
-    processes tokenize into a cached Arrow file; a BPE is trained on `tokenizer_sample` sentences at most (a seeded
-    sample of the pairs, data.tokenizer_sample).
-    Model: `dropout` is P_drop (§5.4); `attention_dropout` and `activation_dropout` (deviations: §5.4 has neither)
-    drop attention weights and the FFN's ReLU outputs. None: the preset's (or the `init_from` folder's).
-    `lr`: None is 1.0 (the paper's eq. (3)) for schedule "paper" and the main job's peak for "inverse_sqrt".
-    `lr_cooldown` (deviation): the share of the budget (`max_time`, else `max_steps`) over whose end the learning rate
-    falls linearly to 0; None: the schedule runs to the end as it is.
-    `compare_curve`: a JSON file of curves plotted beside the learning curve (see learning_curve.py).
-    `command`: the command line that started the run, recorded in results.json and the model card with file names
-    for local paths (hub_metadata.public_command: both are uploaded).
-    `license`: the Hub license id of the model card (hub_metadata.HUB_LICENSES); None: the training data's own terms
-    (Multi30k's), else none; "other" with `license_name`, the terms' kebab-case name. `src_lang`/`tgt_lang` are
-    BCP-47 language tags as the Hub takes them (en, de, pt-BR, zh-Hant, eng). `check_report_values` checks them.
-    The test set is scored at the end on its first `test_max_sentences` pairs (None: all) with `test_num_beams`
-    beams (None: the model's own decoding, §6.1); the card says when either is set. With `max_time`, the whole
-    command ends by `evaluation_time` seconds after the training budget (None: 10% of `max_time`), the evaluation
-    after training keeping to what fits (evaluation_budget.py).
-    `num_beams` and `length_penalty` (GNMT α) set the saved model's decoding, its generation_config.json, which the
-    test scoring, `generate()` and the pipeline use; None keeps §6.1's (4 and 0.6), or the `init_from` folder's.
-    `push_to_hub`: a Hub repository id the model folder is uploaded to at the end (`push`), `private` creating it
-    private; the token and the connection are checked before training.
-    Validation during training (with a dev set; docs/training.md): `eval_every` ("save" = at each checkpoint save,
-    None likewise; "500" = every 500 updates; "10m" = every 10 minutes), greedy unless `eval_num_beams`, on the
-    first `eval_max_sentences` pairs; `report_to` ("none", "tensorboard", "wandb", comma-separated);
-    `early_stopping_patience`; `keep_best`; the final model averages `average_last` checkpoints picked by `average`
-    ("last", "best", "spread" over `average_span`: "50%" of the run or a duration such as "30m").
-    `decoder_start_embedding`: "zero" keeps the decoder start token's embedding row at zero (so `to-marian` exports
-    run in CTranslate2, see start_embedding.py); "train" trains it. A model initialised from a folder whose row is
-    not zero (fine-tuning) has it zeroed at the start under "zero" (the model changes slightly, training adapts it)
-    and keeps it, with the source model's function at the start, under "train" (not exportable to CTranslate2).
-    `init_from`: fine-tuning: a model folder (`train`'s RUN/model, or one `python -m conversion` wrote) whose config,
-    weights and tokenizer the run starts from; `preset`, `vocab_size` and `tokenizer` then do not apply (`from_recipe`
-    refuses them given explicitly, `train` refuses `tokenizer`), the dropouts override the folder's.
-    `trainer_args`: any other `VanillaSeq2SeqTrainingArguments` fields (optim, max_grad_norm, weight_decay, fp16,
-    deepspeed, ...), applied over the ones these options set; a field one of these options sets is refused, naming
-    the option (`TRAINER_ARGUMENTS_OF_OPTIONS`).
+    """Everything a training run needs, each option declared once (option_fields.option): its `help` is the
+    command line's, and its roles say what else it is part of: `setting`, the settings that define a run
+    (run_folder.run_settings: a resume must find them unchanged); `card`, the label of its row in the model card's
+    training table; `trainer`, the VanillaSeq2SeqTrainingArguments fields it sets (`trainer_args` may not set them);
+    `budget`, the training budget (a recipe's applies as a whole unless one of them is given); `reads`, the files and
+    folders the run reads (its `output_dir` must be apart from them); `from_folder`, what an
+    `init_from` folder replaces; `recorded=False`, what the resolved configuration (RUN/run_config.json) leaves out.
+    The defaults are the main job (recipes.MULTI30K) on the bundled Multi30k EN->DE; `from_recipe` starts from
+    another recipe. Durations are in seconds.
     """
 
-    output_dir: str | os.PathLike = DEFAULT_OUTPUT_DIR
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    train_src: str | os.PathLike | None = None
-    train_tgt: str | os.PathLike | None = None
-    valid_src: str | os.PathLike | None = None
-    valid_tgt: str | os.PathLike | None = None
-    test_src: str | os.PathLike | None = None
-    test_tgt: str | os.PathLike | None = None
-    dataset: str | os.PathLike | None = None
-    dataset_config: str | None = None
-    src_column: str | None = None
-    tgt_column: str | None = None
-    train_split: str | None = None
-    valid_split: str | None = None
-    test_split: str | None = None
-    max_length: int = DEFAULT_MAX_LENGTH
-    max_length_ratio: float | None = None
-    preprocessing_workers: int = 1
-    tokenizer_sample: int = DEFAULT_TOKENIZER_SAMPLE
-    max_train_pairs: int | None = None
-    preset: str = DEFAULT_RECIPE.preset
-    dropout: float | None = DEFAULT_RECIPE.dropout
-    attention_dropout: float | None = DEFAULT_RECIPE.attention_dropout
-    activation_dropout: float | None = DEFAULT_RECIPE.activation_dropout
-    vocab_size: int = DEFAULT_RECIPE.vocab_size
-    tokenizer: str | os.PathLike | None = None
-    schedule: str = DEFAULT_RECIPE.schedule
-    lr: float | None = None
-    warmup_steps: int = DEFAULT_RECIPE.warmup_steps
-    lr_cooldown: float | None = DEFAULT_RECIPE.lr_cooldown
-    label_smoothing: float = DEFAULT_RECIPE.label_smoothing
-    max_tokens: int = DEFAULT_RECIPE.max_tokens
-    grad_accum: int = 1
-    seed: int = 1
-    bf16: str = DEFAULT_RECIPE.bf16
-    torch_compile: str = DEFAULT_RECIPE.torch_compile
-    attn_implementation: str | None = None
-    max_time: float | None = DEFAULT_RECIPE.max_time
-    epochs: int | None = DEFAULT_RECIPE.epochs
-    max_steps: int | None = DEFAULT_RECIPE.max_steps
-    save_every: float = DEFAULT_RECIPE.save_every
-    average_last: int = DEFAULT_RECIPE.average_last
-    average: str = DEFAULT_RECIPE.average
-    average_span: str = DEFAULT_RECIPE.average_span
-    eval_every: str | None = None
-    eval_num_beams: int | None = None
-    eval_max_sentences: int = 1000
-    report_to: str = "none"
-    early_stopping_patience: int | None = None
-    keep_best: bool = False
-    curve_every: float | None = DEFAULT_RECIPE.curve_every
-    compare_curve: str | os.PathLike | None = None
-    resume: bool = False
-    overwrite: bool = False
-    evaluate: bool = True
-    eval_batch_size: int = 64
-    test_max_sentences: int | None = None
-    test_num_beams: int | None = None
-    evaluation_time: float | None = None
-    num_beams: int | None = DEFAULT_RECIPE.num_beams
-    length_penalty: float | None = DEFAULT_RECIPE.length_penalty
-    examples: int = 5
-    logging_steps: int = 50
-    progress: bool = True
+    output_dir: _PATH = option(
+        DEFAULT_OUTPUT_DIR,
+        help="the run folder (new, empty or a run's): checkpoints/, curve/, run_settings.json, and the model folder "
+        "OUTPUT_DIR/model",
+        group=OUTPUT,
+        sets=("output_dir",),
+    )
+    src_lang: str = option(
+        "en",
+        help="source language, a BCP-47 tag as the Hub takes it (en, de, pt-BR, zh-Hant, eng); Multi30k has "
+        f"{', '.join(MULTI30K_LANGUAGES)}",
+        group=DATA,
+        setting=True,
+    )
+    tgt_lang: str = option("de", help="target language, a BCP-47 tag (de, fr, pt-BR, ...)", group=DATA, setting=True)
+    train_src: _PATH | None = option(
+        None, help="training source file, one sentence per line (.gz allowed)", group=DATA, reads=True
+    )
+    train_tgt: _PATH | None = option(
+        None, help="training target file, line-aligned with --train-src", group=DATA, reads=True
+    )
+    valid_src: _PATH | None = option(
+        None, help="validation (dev) source file, scored during training", group=DATA, reads=True
+    )
+    valid_tgt: _PATH | None = option(None, help="validation reference file", group=DATA, reads=True)
+    test_src: _PATH | None = option(
+        None,
+        help="test source file (default with Multi30k: test_2016_flickr; it replaces a dataset's too)",
+        group=DATA,
+        reads=True,
+    )
+    test_tgt: _PATH | None = option(None, help="test reference file", group=DATA, reads=True)
+    dataset: _PATH | None = option(
+        None,
+        help="train on a dataset instead (data.load_dataset_pairs): a Hub name, a save_to_disk folder, or a local "
+        "json/jsonl/csv/parquet file (its split: train); a `translation` column of {lang: text} dicts or two text "
+        "columns (--src-column/--tgt-column)",
+        group=DATA,
+        metavar="NAME_OR_PATH",
+        reads=True,
+    )
+    dataset_config: str | None = option(None, help="the Hub dataset's configuration, e.g. de-en for wmt14", group=DATA)
+    src_column: str | None = option(
+        None, help="--dataset's source text column (unset: --src-lang, or the `translation` column)", group=DATA
+    )
+    tgt_column: str | None = option(None, help="--dataset's target text column (unset: --tgt-lang)", group=DATA)
+    train_split: str | None = option(None, help="--dataset's split to train on (unset: train)", group=DATA)
+    valid_split: str | None = option(
+        None, help="--dataset's validation split (unset: validation, where the dataset has one)", group=DATA
+    )
+    test_split: str | None = option(
+        None, help="--dataset's test split (unset: test, where the dataset has one)", group=DATA
+    )
+    max_length: int = option(
+        DEFAULT_MAX_LENGTH,
+        help="drop training pairs with more tokens than this on a side (</s> included)",
+        group=DATA,
+        parse=positive_int,
+        setting=True,
+        card="Maximum sentence length (tokens)",
+    )
+    max_length_ratio: float | None = option(
+        None,
+        help="drop training pairs whose longer side has more than this times the tokens of the shorter (e.g. 1.5 "
+        "to 9, as Moses' clean-corpus-n); unset: keep every ratio",
+        group=DATA,
+        parse=positive_float,
+        setting=True,
+    )
+    preprocessing_workers: int = option(
+        1,
+        help="processes that tokenize the training data (into a cached Arrow file, reused by the next run)",
+        group=DATA,
+        parse=positive_int,
+    )
+    tokenizer_sample: int = option(
+        DEFAULT_TOKENIZER_SAMPLE,
+        help="train the BPE on at most this many sentences (a seeded sample of the pairs; all of Multi30k fits)",
+        group=DATA,
+        parse=positive_int,
+    )
+    max_train_pairs: int | None = option(
+        None, help="use only the first N training pairs", group=DATA, parse=positive_int
+    )
+    preset: str = option(
+        DEFAULT_RECIPE.values["preset"],
+        help="model size (Table 3 names)",
+        group=MODEL,
+        choices=PRESETS,  # the mapping itself: presets registered later count
+        setting=True,
+        from_folder=True,
+        card="Preset",
+    )
+    init_from: _PATH | None = option(
+        None,
+        help="fine-tune: start from this model folder (a run's RUN/model, or one written by `python -m conversion`) "
+        "with its config, weights and tokenizer, instead of a new --preset model (see --recipe finetune); --preset, "
+        "--vocab-size and --tokenizer then do not apply, the dropouts override the folder's",
+        group=MODEL,
+        metavar="MODEL_DIR",
+        setting=True,
+        card="Fine-tuned from",
+        reads=True,
+    )
+    dropout: float | None = option(
+        None,
+        help="P_drop (§5.4); unset: the preset's",
+        group=MODEL,
+        parse=probability,
+        setting=True,
+        card="Dropout P_drop",
+    )
+    attention_dropout: float | None = option(
+        None,
+        help="dropout on the attention weights (OpenNMT-py's and fairseq's --attention-dropout; a deviation: §5.4 "
+        "has none); unset: the preset's, 0",
+        group=MODEL,
+        parse=probability,
+        setting=True,
+        card="Attention dropout (deviation)",
+    )
+    activation_dropout: float | None = option(
+        None,
+        help="dropout after the FFN's ReLU (fairseq's --activation-dropout; a deviation: §5.4 has none); unset: the "
+        "preset's, 0",
+        group=MODEL,
+        parse=probability,
+        setting=True,
+        card="ReLU dropout (deviation)",
+    )
+    vocab_size: int = option(
+        DEFAULT_RECIPE.values["vocab_size"],
+        help="joint BPE size (§5.1)",
+        group=MODEL,
+        parse=positive_int,
+        from_folder=True,
+        card="Joint BPE vocabulary (§5.1)",
+    )
+    tokenizer: _PATH | None = option(
+        None,
+        help="an existing tokenizer folder instead of training a BPE",
+        group=MODEL,
+        setting=True,
+        from_folder=True,
+        card="Tokenizer",
+        reads=True,
+    )
+    decoder_start_embedding: str = option(
+        "zero",
+        help="'zero': keep the decoder start token's embedding at zero, as CTranslate2 decodes (a model initialised "
+        "from a folder whose row is not zero has it zeroed at the start); 'train': train it (needed with --init-from "
+        "for models whose decoder starts from another token than <pad>; not exportable to CTranslate2)",
+        group=MODEL,
+        choices=START_EMBEDDING_CHOICES,
+        trainer="decoder_start_embedding",
+    )
+    schedule: str = option(
+        DEFAULT_RECIPE.values["schedule"],
+        help="'paper' = eq. (3); 'inverse_sqrt' = deviation: linear warmup to --lr, then 1/sqrt(step) (fairseq)",
+        group=OPTIMIZATION,
+        choices=LR_SCHEDULES,
+        setting=True,
+        card="Learning-rate schedule",
+        trainer="lr_schedule",
+    )
+    lr: float | None = option(
+        None,
+        help="peak learning rate for inverse_sqrt; factor on eq. (3) for paper (1.0 = the paper); unset: the "
+        "schedule's (the main job's peak, or 1.0)",
+        group=OPTIMIZATION,
+        parse=positive_float,
+        setting=True,
+        card="Learning rate",
+        sets=("learning_rate",),
+    )
+    warmup_steps: int = option(
+        DEFAULT_RECIPE.values["warmup_steps"],
+        help="updates of warmup (the paper: 4000)",
+        group=OPTIMIZATION,
+        parse=positive_int,
+        setting=True,
+        card="Warmup steps",
+        trainer="warmup_steps",
+    )
+    warmup_init_lr: float | None = option(
+        None,
+        help="deviation (fairseq's --warmup-init-lr): with inverse_sqrt, the warmup rises linearly from this learning "
+        "rate to --lr (it starts from 0 otherwise); e.g. 1e-7",
+        group=OPTIMIZATION,
+        parse=non_negative_float,
+        setting=True,
+        card="Warmup's initial learning rate (deviation)",
+        trainer="warmup_init_lr",
+    )
+    lr_cooldown: float | None = option(
+        None,
+        help="deviation: scale the learning rate linearly down to 0 over this last share of the budget (--max-time, "
+        "else --max-steps), e.g. 30%; unset: none (the paper has none)",
+        group=OPTIMIZATION,
+        parse=share,
+        card="Learning-rate cooldown (share of the budget)",
+        trainer="lr_cooldown",
+    )
+    label_smoothing: float = option(
+        0.1,
+        help="epsilon_ls (§5.4)",
+        group=OPTIMIZATION,
+        parse=probability,
+        setting=True,
+        card="Label smoothing ε_ls",
+        trainer="label_smoothing_factor",
+    )
+    max_tokens: int = option(
+        DEFAULT_RECIPE.values["max_tokens"],
+        help="padded tokens per side and batch",
+        group=OPTIMIZATION,
+        parse=positive_int,
+        setting=True,
+        card="Tokens per batch and side",
+        trainer="max_tokens",
+    )
+    grad_accum: int = option(
+        1,
+        help="batches per update",
+        group=OPTIMIZATION,
+        parse=positive_int,
+        setting=True,
+        card="Gradient accumulation",
+        trainer="gradient_accumulation_steps",
+    )
+    seed: int = option(
+        1,
+        help="the seed of the model's initialisation, the batches and the BPE's sample",
+        group=OPTIMIZATION,
+        parse=int,
+        setting=True,
+        card="Seed",
+        trainer="seed",
+    )
+    bf16: str = option(
+        "auto",
+        help="bf16 autocast: --bf16 (= yes), --bf16 auto (bf16 where the device has bf16 matrix units, as torch "
+        "reports them: CPUs with AMX or AVX512-BF16, GPUs of compute capability 8.0+; fp32 elsewhere, e.g. AVX2-only "
+        "CPUs, V100 and T4 GPUs, which emulate bf16) or --bf16 no",
+        group=OPTIMIZATION,
+        choices=("auto", "yes", "no"),
+        const="yes",
+        setting=True,
+        card="bf16",
+        sets=("bf16",),
+    )
+    torch_compile: str = option(
+        "auto",
+        help="compile the training step with torch.compile (inductor; C++/OpenMP kernels on a CPU, Triton on a GPU): "
+        "--torch-compile (= yes), --torch-compile auto (on a GPU only, as CUDA graphs where an update is "
+        "launch-bound: compiling.graphs_win), graphs (CUDA graphs over 8 fixed batch shapes) or no; where compiling "
+        "cannot work, one line says so and training goes on eagerly",
+        group=OPTIMIZATION,
+        choices=TORCH_COMPILE_CHOICES,
+        const="yes",
+        sets=("torch_compile",),
+        flags=("--torch_compile",),  # as run_translation.py spells transformers' switch
+    )
+    attn_implementation: str | None = option(
+        None,
+        help="attention kernels for training (the same function); unset: eager on the CPU (PyTorch's fused CPU "
+        "attention has a slow bf16 backward at these lengths: 1.5x slower steps, bench/README.md), sdpa on a GPU",
+        group=OPTIMIZATION,
+        choices=("eager", "sdpa"),
+    )
+    max_time: float | None = option(
+        DEFAULT_RECIPE.values["max_time"],
+        help="wall-clock training budget, e.g. 1h, 20m, 1h30m (the recipe's budget applies unless --epochs or "
+        "--max-steps is given); the whole command, the evaluation after training included, ends within 10% more, "
+        "what did not fit listed with its command (docs/training.md)",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=parse_duration,
+        budget=True,
+        trainer="max_time",
+    )
+    evaluation_time: float | None = option(
+        None,
+        help="with --max-time, how long the evaluation after training may take, e.g. 5m (unset: 10% of --max-time); "
+        "less scores the test set's first sentences that fit",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=parse_duration,
+    )
+    epochs: int | None = option(
+        None,
+        help="number of epochs",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=positive_int,
+        budget=True,
+        sets=("num_train_epochs",),
+    )
+    max_steps: int | None = option(
+        None,
+        help="number of updates",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=positive_int,
+        budget=True,
+        sets=("max_steps",),
+    )
+    save_every: float = option(
+        DEFAULT_RECIPE.values["save_every"],
+        help="checkpoint interval in seconds or as 10m (the paper: 10m); checkpoints are also written each epoch",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=parse_duration,
+        trainer="save_every",
+    )
+    average_last: int = option(
+        DEFAULT_RECIPE.values["average_last"],
+        help="k, the number of checkpoints averaged into the final model (1 = one checkpoint)",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=positive_int,
+        flags=("--average-checkpoints",),
+        sets=("save_total_limit",),
+    )
+    average: str = option(
+        "last",
+        help="which k checkpoints: the last ones (§6.1), the best by dev BLEU (needs a dev set), or spread evenly "
+        "over --average-span at the end of the run (the paper's 10-minute intervals)",
+        group=BUDGET_AND_CHECKPOINTS,
+        choices=AVERAGE_MODES,
+    )
+    average_span: str = option(
+        "50%",
+        help="with --average spread: the end of the run the k checkpoints are spread over, as a share of its "
+        "training time (50%) or a duration (30m)",
+        group=BUDGET_AND_CHECKPOINTS,
+    )
+    curve_every: float | None = option(
+        None,
+        help="save the weights every this many seconds of training (e.g. 5m) into OUTPUT_DIR/curve and, after "
+        "training, plot validation BLEU against training minutes (learning_curve.png)",
+        group=BUDGET_AND_CHECKPOINTS,
+        parse=parse_duration,
+    )
+    compare_curve: _PATH | None = option(
+        None,
+        help="draw the curves of this file beside the run's learning curve: another run's learning_curve.json or "
+        '{"curves": {label: [{"minutes": ..., "bleu": ...}, ...]}} (e.g. docs/runs/marian_learning_curves.json)',
+        group=BUDGET_AND_CHECKPOINTS,
+        metavar="FILE.json",
+        reads=True,
+    )
+    resume: bool = option(
+        False,
+        help="continue from the last checkpoint in the folder",
+        group=BUDGET_AND_CHECKPOINTS,
+        recorded=False,
+        sets=("resume_from_checkpoint",),
+    )
+    overwrite: bool = option(
+        False,
+        help="start afresh in a run folder of an earlier run: its checkpoints are deleted (never others' files)",
+        group=BUDGET_AND_CHECKPOINTS,
+        recorded=False,
+    )
+    eval_every: str | None = option(
+        None,
+        help="score the dev set: 'save' = at each checkpoint save (unset likewise), N = every N updates (500), or a "
+        "duration with its unit = every so much training time (10m, 90s); each evaluation saves a checkpoint",
+        group=VALIDATION,
+        sets=("eval_every",),
+    )
+    eval_num_beams: int | None = option(
+        None,
+        help="beam size of the dev decoding (unset: greedy; the paper: 4)",
+        group=VALIDATION,
+        parse=positive_int,
+        sets=("generation_num_beams",),
+    )
+    eval_max_sentences: int = option(
+        1000, help="score at most the first N dev pairs", group=VALIDATION, parse=positive_int
+    )
+    report_to: str = option(
+        "none",
+        help="send the logs (loss, dev BLEU, chrF) to these integrations, comma-separated: tensorboard (event files "
+        "in OUTPUT_DIR/checkpoints/runs), wandb, ...; 'none' = the printed log only",
+        group=VALIDATION,
+        sets=("report_to",),
+    )
+    early_stopping_patience: int | None = option(
+        None,
+        help="stop after N evaluations in a row without a better dev BLEU",
+        group=VALIDATION,
+        parse=positive_int,
+        trainer="early_stopping_patience",
+    )
+    keep_best: bool = option(
+        False,
+        help="keep the checkpoint with the best dev BLEU, whatever the checkpoint limit removes",
+        group=VALIDATION,
+        sets=("metric_for_best_model",),
+    )
+    evaluate: bool = option(True, help="skip the test-set evaluation", group=OUTPUT, negated="--no-eval")
+    eval_batch_size: int = option(
+        64,
+        help="sentences per batch of the evaluations",
+        group=OUTPUT,
+        parse=positive_int,
+        trainer="per_device_eval_batch_size",
+    )
+    test_max_sentences: int | None = option(
+        None,
+        help="score only the first N test sentences (a trial; the card says so); unset: all",
+        group=OUTPUT,
+        parse=positive_int,
+    )
+    test_num_beams: int | None = option(
+        None,
+        help="decode the test set with this many beams (1: greedy, quick; the card says so); unset: the model's, "
+        "§6.1: 4",
+        group=OUTPUT,
+        parse=positive_int,
+    )
+    num_beams: int | None = option(
+        None,
+        help="the saved model's beam size (its generation_config.json: generate(), the pipeline, the test scoring); "
+        "unset: §6.1's 4, or the --init-from folder's",
+        group=OUTPUT,
+        parse=positive_int,
+    )
+    length_penalty: float | None = option(
+        None,
+        help="the saved model's length penalty α (GNMT's); unset: §6.1's 0.6, or the --init-from folder's",
+        group=OUTPUT,
+        parse=finite_float,
+    )
+    examples: int = option(5, help="example translations to print", group=OUTPUT, parse=int)
+    logging_steps: int = option(
+        50, help="updates between log lines", group=OUTPUT, parse=positive_int, trainer="logging_steps"
+    )
+    progress: bool = option(
+        True, help="no progress bars", group=OUTPUT, negated="--no-progress", sets=("disable_tqdm",)
+    )
+    license: str | None = option(
+        None,
+        help="the model card's Hub license id: apache-2.0, mit, cc-by-4.0, cc-by-nc-4.0, ... "
+        "(https://huggingface.co/docs/hub/repositories-licenses), or other with --license-name (unset: the "
+        "training data's own terms: Multi30k's non-commercial research terms as `license: other`; none for other "
+        "data)",
+        group=OUTPUT,
+    )
+    license_name: str | None = option(
+        None, help="with --license other: the terms' name, kebab-case (my-terms-1.0)", group=OUTPUT
+    )
+    push_to_hub: str | None = option(
+        None,
+        help="upload the model folder to this Hub repository at the end (see `push`); the token is checked first",
+        group=OUTPUT,
+        metavar="REPO_ID",
+        sets=("push_to_hub", "hub_model_id"),
+    )
+    private: bool = option(False, help="with --push-to-hub: create the repository private", group=OUTPUT)
+    # Not options of the command line: the command line that started the run, recorded in results.json and the
+    # model card with file names for local paths (hub_metadata.public_command: both are uploaded); and any other
+    # VanillaSeq2SeqTrainingArguments fields (optim, max_grad_norm, weight_decay, fp16, deepspeed, ...), applied
+    # over the ones these options set (a field one of them sets is refused, naming the option).
     command: str | None = None
-    license: str | None = None
-    license_name: str | None = None
-    decoder_start_embedding: str = "zero"
-    push_to_hub: str | None = None
-    private: bool = False
-    init_from: str | os.PathLike | None = None
     trainer_args: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -271,7 +608,10 @@ class TrainOptions:
                 f"`recipe={recipe.name}` fine-tunes an existing model: pass `init_from=MODEL_DIR` (a folder written "
                 "by `train` or by `python -m conversion`), or pick another recipe to train from scratch."
             )
-        settings = {name: getattr(recipe, name) for name in names & {item.name for item in fields(Recipe)}}
+        # The recipe's budget is the one it names (the defaults' is the main job's).
+        settings = {**dict.fromkeys(BUDGET), **recipe.values}
+        if all(settings[name] is None for name in BUDGET):
+            raise OptionError(f"Recipe {recipe.name!r} has no budget: set one of {', '.join(BUDGET)} in its values.")
         if any(options.get(name) is not None for name in BUDGET):
             settings.update(dict.fromkeys(BUDGET))
         if options.get("schedule", recipe.schedule) != recipe.schedule:
@@ -281,7 +621,7 @@ class TrainOptions:
                 f"`recipe={recipe.name}` is sized for a GPU and this machine has none: it runs, far slower, and its "
                 "budget will not reach the recipe's result."
             )
-        trainer_args = {**recipe.trainer_args, **options.pop("trainer_args", {})}  # explicit Trainer arguments win
+        trainer_args = {**settings.pop("trainer_args", {}), **options.pop("trainer_args", {})}  # explicit ones win
         return cls(**{**settings, **options, "trainer_args": trainer_args})
 
     def learning_rate(self) -> float:
@@ -289,6 +629,19 @@ class TrainOptions:
         if self.lr is not None:
             return self.lr
         return 1.0 if self.schedule == "paper" else DEFAULT_RECIPE.lr
+
+
+# The budget options: a recipe's budget applies as a whole unless one of them is given.
+BUDGET = with_role(TrainOptions, "budget")
+# The options that `init_from`'s folder replaces (its config and tokenizer).
+INIT_FROM_REPLACES = with_role(TrainOptions, "from_folder")
+# The `VanillaSeq2SeqTrainingArguments` fields that `train` sets from its options, with the option that sets each:
+# `trainer_args` may set any other field, but not these, which would contradict the option.
+TRAINER_ARGUMENTS_OF_OPTIONS = {
+    name: item.name
+    for item in options_of(TrainOptions)
+    for name in (*item.metadata.get("sets", ()), *filter(None, [item.metadata.get("trainer")]))
+}
 
 
 def check_report_values(options: TrainOptions) -> None:
@@ -328,14 +681,16 @@ def public_command_line(command: str) -> str:
 
 
 def run_config(options: TrainOptions) -> dict[str, Any]:
-    """The resolved configuration of a run as `train --config` reads it: every TrainOptions field that defines the
-    run, then the Trainer arguments given (`trainer_args`), as one JSON object."""
-    values = {item.name: getattr(options, item.name) for item in fields(options) if item.name not in NOT_IN_RUN_CONFIG}
+    """The resolved configuration of a run as `train --config` reads it: every option that defines the run (all but
+    those `recorded=False`), then the Trainer arguments given (`trainer_args`), as one JSON object."""
     # None values stay: a key set to null means the option unset, whatever the recipe of the rerun says.
-    config = {name: os.fspath(value) if isinstance(value, os.PathLike) else value for name, value in values.items()}
-    if options.init_from is not None:  # the folder's config and tokenizer replace these (from_recipe refuses them)
-        for name in INIT_FROM_REPLACES:
-            config.pop(name)
+    config = {
+        item.name: os.fspath(value) if isinstance(value, os.PathLike) else value
+        for item in options_of(TrainOptions)
+        if item.metadata.get("recorded", True)
+        and not (options.init_from is not None and item.metadata.get("from_folder"))
+        for value in [getattr(options, item.name)]
+    }
     return {**config, **options.trainer_args}
 
 
@@ -356,11 +711,13 @@ class TrainResult:
 
 
 __all__ = [
+    "AVERAGE_MODES",
     "BUDGET",
     "DEFAULT_OUTPUT_DIR",
     "EVAL_AT_SAVES",
+    "GROUPS",
     "INIT_FROM_REPLACES",
-    "NOT_IN_RUN_CONFIG",
+    "LR_SCHEDULES",
     "TRAINER_ARGUMENTS_OF_OPTIONS",
     "EvalSchedule",
     "TrainOptions",

@@ -19,7 +19,7 @@ minutes to hours on a few CPU cores:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 MINUTE = 60.0
@@ -28,64 +28,38 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class Recipe:
-    """The settings of one kind of training run. Durations are in seconds; `None` budgets are unlimited (at least
-    one of `max_time`, `max_steps` and `epochs` is set). `lr` is the peak learning rate for `schedule="inverse_sqrt"`
-    and the factor on eq. (3) for `schedule="paper"` (1.0 = the paper). The final model averages `average_last`
-    checkpoints chosen by `average` ("last", "best" by dev BLEU, "spread" over `average_span` of the end of the run;
-    averaging.select_checkpoints). A recipe that only tries the path may cut the test decoding (`test_*`)."""
+    """The settings of one kind of training run: `values`, TrainOptions field values (durations in seconds), over
+    the TrainOptions defaults. Its budget is the one it names (`max_time`, `max_steps`, `epochs`: at least one).
+    `lr` is the peak learning rate for `schedule="inverse_sqrt"` and the factor on eq. (3) for `schedule="paper"`
+    (1.0 = the paper). A recipe reads as the options it sets: `recipe.lr` is its value, or the option's default."""
 
     name: str
     # One line for the `train --recipe` help, which shows it as written: it names options by their flags.
     summary: str
-    preset: str
-    schedule: str
-    lr: float
-    warmup_steps: int
-    vocab_size: int
-    max_tokens: int
-    save_every: float
-    average_last: int
-    label_smoothing: float = 0.1  # ε_ls, §5.4
-    # Deviation: a share of the budget at whose end the learning rate falls linearly to 0 (None: the schedule as is).
-    lr_cooldown: float | None = None
-    dropout: float | None = None  # P_drop; None: the preset's
-    # Deviations (§5.4 has neither): dropout on the attention weights and after the FFN's ReLU; None: the preset's.
-    attention_dropout: float | None = None
-    activation_dropout: float | None = None
-    # "auto" in every recipe, each a fixed rule that `train` states in its log: bf16 autocast where the device has bf16
-    # matrix units (trainer.resolve_bf16: AMX or AVX512-BF16 CPUs, GPUs of compute capability 8.0+, not the V100 or
-    # T4 that only emulate it); compiling on a GPU only (compiling.compile_wins: on a 2-core CPU it slowed training
-    # to 0.68-0.90x eager, docs/runs/training-speed.md "Compiled training"), with CUDA graphs for launch-bound models
-    # (compiling.graphs_win).
-    bf16: str = "auto"
-    torch_compile: str = "auto"
-    max_time: float | None = None
-    max_steps: int | None = None
-    epochs: int | None = None
-    curve_every: float | None = None
-    average: str = "last"  # §6.1: the last checkpoints
-    average_span: str = "50%"  # "spread" only: a share of the run's training time, or a duration
-    # The test set's scoring at the end: its first `test_max_sentences` (None: all), with `test_num_beams` beams
-    # (None: the model's own decoding, §6.1's beam 4).
-    test_max_sentences: int | None = None
-    test_num_beams: int | None = None
-    # With `max_time`: the seconds the evaluation after training may take (None: 10% of `max_time`).
-    evaluation_time: float | None = None
-    # The saved model's decoding (its generation_config.json, which `generate()`, the pipeline and the test scoring
-    # use): beam size and GNMT α; None keeps §6.1's 4 and 0.6. §6.1 chose them "after experimentation on the
-    # development set", so a recipe may choose its own the same way (on validation).
-    num_beams: int | None = None
-    length_penalty: float | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
     # A recipe for `init_from` only: its settings are sized for a model that is trained already.
     fine_tuning: bool = False
     # A recipe sized for a GPU: on a CPU, `TrainOptions.from_recipe` says so in one line (and the run goes on).
     gpu: bool = False
-    # Other VanillaSeq2SeqTrainingArguments fields (`TrainOptions.trainer_args`); those given explicitly win.
-    trainer_args: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.max_time is None and self.max_steps is None and self.epochs is None:
-            raise ValueError(f"Recipe {self.name!r} has no budget: set `max_time`, `max_steps` or `epochs`.")
+    def but(self, name: str, summary: str, **changes: Any) -> Recipe:
+        """A recipe with this one's values but `changes` (option values, or this class's `fine_tuning` / `gpu`)."""
+        own = {item.name: changes.pop(item.name) for item in fields(Recipe) if item.name in changes}
+        return replace(self, name=name, summary=summary, values={**self.values, **changes}, **own)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "values":  # (copy and pickle look for methods before __init__ ran)
+            raise AttributeError(name)
+        if name in self.values:
+            return self.values[name]
+        from .options import BUDGET, TrainOptions  # here: options.py takes its defaults from the main job's recipe
+
+        if name in BUDGET:  # the budget is the one the recipe names
+            return None
+        default = next((item for item in fields(TrainOptions) if item.name == name), None)
+        if default is None:
+            raise AttributeError(f"{type(self).__name__} {self.name!r} has no setting {name!r}")
+        return default.default_factory() if default.default is MISSING else default.default
 
 
 # The main job (`make train`): the whole path (tokenizer, training, averaging, evaluation, card) in a quarter hour.
@@ -96,15 +70,17 @@ class Recipe:
 MULTI30K = Recipe(
     name="multi30k",
     summary="the main job: Multi30k-sized model, 14 minutes, checkpoints every minute",
-    preset="transformer-multi30k",
-    schedule="inverse_sqrt",
-    lr=2e-3,
-    warmup_steps=400,
-    vocab_size=8000,
-    max_tokens=4096,
-    save_every=1 * MINUTE,
-    average_last=5,
-    max_time=14 * MINUTE,
+    values=dict(
+        preset="transformer-multi30k",
+        schedule="inverse_sqrt",
+        lr=2e-3,
+        warmup_steps=400,
+        vocab_size=8000,
+        max_tokens=4096,
+        save_every=1 * MINUTE,
+        average_last=5,
+        max_time=14 * MINUTE,
+    ),
 )
 
 # `make train-1h`: the main job's settings for an hour, bf16 where the device has bf16 matrix units, the §6.1
@@ -126,8 +102,7 @@ MULTI30K = Recipe(
 # of beam 4 (25 s against 10 s for val). `make train-1h` with it (docs/runs/multi30k-en-de-1h-epyc-zen5-beam8):
 # test_2016 38.89 (39.04 with §6.1's decoding), val 40.95 (40.79); on test_2016 the three models moved +0.15, +0.05,
 # -0.15: the val gain does not carry to test.
-MULTI30K_1H = replace(
-    MULTI30K,
+MULTI30K_1H = MULTI30K.but(
     name="multi30k-1h",
     summary="one hour, bf16 where the device has bf16 units, checkpoints and curves every 10 minutes, 5 averaged over "
     "its last 40%",
@@ -148,8 +123,7 @@ MULTI30K_1H = replace(
 # spread averaging it now inherits, 39.71 on an Intel Xeon with AMX (docs/runs/multi30k-en-de-2h-xeon-amx: 8,182
 # updates, last checkpoint 38.25, val 40.50). Tried there and not adopted (docs/runs/sweep.md, "Recipe changes for the
 # two-hour run"): attention and ReLU dropout 0.1 (val 40.87, 0.03 short of the +0.4 the rule asked).
-MULTI30K_2H = replace(
-    MULTI30K_1H,
+MULTI30K_2H = MULTI30K_1H.but(
     name="multi30k-2h",
     summary="two hours, warmup 800, bf16 where the device has bf16 units, checkpoints and curve snapshots every 10 "
     "minutes",
@@ -182,8 +156,7 @@ MULTI30K_2H = replace(
 #   2 CPU cores), the last checkpoint and the card, and the start-up before training, which the clock counts too;
 # - `max_time` 60 s counts the compile (the training clock starts before the first update), which the log reports
 #   ("torch.compile: ... s compiling in all").
-MULTI30K_GPU = replace(
-    MULTI30K_1H,
+MULTI30K_GPU = MULTI30K_1H.but(
     name="multi30k-gpu",
     summary="one GPU, one minute: the multi30k-1h model with CUDA graphs, bf16, 8192-token batches (unmeasured)",
     max_tokens=8192,
@@ -202,8 +175,7 @@ MULTI30K_GPU = replace(
 # Xeon with AMX (docs/runs/sweep.md, "tiny"): 6,599 and 6,797 updates in the hour, test_2016 40.03 and 39.86, val
 # 40.42 twice (0.2 below multi30k-1h's mean on val). Decoding: §6.1's beam 4 and α 0.6 (multi30k-1h's beam 8 and
 # α 1.4 were chosen on the larger model).
-MULTI30K_TINY = replace(
-    MULTI30K_1H,
+MULTI30K_TINY = MULTI30K_1H.but(
     name="multi30k-tiny",
     summary="the bundled model: multi30k-1h with the 4+4-layer d_model 128 preset and lr 3e-3, §6.1's decoding",
     preset="transformer-multi30k-tiny",
@@ -221,21 +193,22 @@ MULTI30K_TINY = replace(
 PAPER_BASE = Recipe(
     name="paper-base",
     summary="the paper's base model: eq. (3), warmup 4000, 25k-token batches, 100k steps (§5)",
-    preset="transformer-base",
-    schedule="paper",
-    lr=1.0,
-    warmup_steps=4000,
-    vocab_size=37000,
-    max_tokens=25000,
-    save_every=10 * MINUTE,
-    average_last=5,
-    max_steps=100_000,
+    values=dict(
+        preset="transformer-base",
+        schedule="paper",
+        lr=1.0,
+        warmup_steps=4000,
+        vocab_size=37000,
+        max_tokens=25000,
+        save_every=10 * MINUTE,
+        average_last=5,
+        max_steps=100_000,
+    ),
 )
 
 # The paper's big model recipe: as base, with the big preset (P_drop 0.3 for EN-DE, Table 3), 300,000 steps, and
 # the last 20 checkpoints averaged (§6.1). Not run in this repository (3.5 days on 8 GPUs in the paper).
-PAPER_BIG = replace(
-    PAPER_BASE,
+PAPER_BIG = PAPER_BASE.but(
     name="paper-big",
     summary="the paper's big model: as paper-base with the big preset, 300k steps, last 20 checkpoints averaged",
     preset="transformer-big",
@@ -259,8 +232,7 @@ PAPER_BIG = replace(
 # - a budget of 10 minutes with checkpoints every minute and the last 5 averaged (§6.1): adaptation sets are
 #   typically small, and a short run limits forgetting; pass --max-time / --max-steps for more.
 # - label smoothing 0.1 and batches of 4096 tokens as the main job; P_drop stays the folder's (--dropout changes it).
-FINETUNE = replace(
-    MULTI30K,
+FINETUNE = MULTI30K.but(
     name="finetune",
     summary="fine-tuning with --init-from: peak lr 5e-4, warmup 100, 10 minutes, checkpoints every minute",
     lr=5e-4,
@@ -277,8 +249,7 @@ FINETUNE = replace(
 # to its first 200 sentences, decoded greedily, and the card says so: a check that the path works, not the model's
 # score. Two minutes of training with a checkpoint every 30 seconds, the last 2 averaged; bf16 where the device has
 # bf16 matrix units.
-QUICK = replace(
-    MULTI30K,
+QUICK = MULTI30K.but(
     name="quick",
     summary="a trial of the whole path: 2 minutes of training, then the first 200 test sentences decoded greedily",
     save_every=0.5 * MINUTE,

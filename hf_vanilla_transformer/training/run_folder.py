@@ -44,6 +44,7 @@ from ..files import (
     remove_own,
 )
 from ..inference.attention_maps import ATTENTION_DIR
+from ..option_fields import with_role
 from .averaging import checkpoint_step, last_checkpoints
 from .learning_curve import CURVE_DIR, CURVE_JSON, CURVE_PNG
 from .mapped_pages import PageReleaser
@@ -132,7 +133,12 @@ def read_settings(output_dir: Path) -> dict[str, Any] | None:
         ) from None
     if not isinstance(settings, dict):
         raise OptionError(f"`resume`: {path} is not a JSON object. Restore it, or start afresh with `overwrite`.")
-    return settings
+    # Runs of earlier versions keyed their options by flag ("--src-lang"): read as the option's name.
+    return {_option_name(key): value for key, value in settings.items()}
+
+
+def _option_name(key: str) -> str:
+    return key[2:].replace("-", "_") if key.startswith("--") else key
 
 
 def check_same_run(output_dir: Path, settings: dict[str, Any]) -> bool:
@@ -141,7 +147,7 @@ def check_same_run(output_dir: Path, settings: dict[str, Any]) -> bool:
     if recorded is None:
         return False
     differing = [
-        f"{name} {_shown(settings.get(name))} now, {_shown(recorded.get(name))} in the run"
+        f"{_named(name)} {_shown(settings.get(name))} now, {_shown(recorded.get(name))} in the run"
         for name in dict.fromkeys([*recorded, *settings])
         if settings.get(name) != recorded.get(name)
     ]
@@ -152,6 +158,11 @@ def check_same_run(output_dir: Path, settings: dict[str, Any]) -> bool:
             "`output_dir`."
         )
     return True
+
+
+def _named(name: str) -> str:
+    """An option by its name in backticks (the command line words it as its flag); other settings as they are."""
+    return f"`{name}`" if name in with_role(TrainOptions, "setting") else name
 
 
 def _shown(value: Any) -> str:
@@ -168,36 +179,25 @@ def write_settings(output_dir: Path, settings: dict[str, Any]) -> None:
 def run_settings(
     options: TrainOptions, train_pairs: Dataset, tokenizer: str, dropout: float, bf16: bool
 ) -> dict[str, Any]:
-    """The settings that define a run (`SETTINGS_FILE`): a resume must find them unchanged. The budget (`max_time`,
-    `max_steps`, `epochs`), checkpointing, evaluation and attention kernels are not among them: a resume may extend
-    or cut the budget. `tokenizer` says which tokenizer (`tokenizer_fingerprint`, or the BPE's settings). The keys
-    name the options as the command line does: they are the file's format since its first version, so that runs
-    started by earlier versions still resume (and so the deviations' dropouts are recorded only where given: unset,
-    they are the preset's or the `init_from` folder's, which the file records, as runs from before them)."""
-    return {
-        "--src-lang": options.src_lang,
-        "--tgt-lang": options.tgt_lang,
-        "training data": data_fingerprint(train_pairs),
-        "--max-length": options.max_length,
-        "--max-length-ratio": options.max_length_ratio,
-        "--tokenizer": tokenizer,
-        "--preset": options.preset,
-        "--dropout": dropout,
-        **{
-            f"--{name.replace('_', '-')}": value
-            for name in ("attention_dropout", "activation_dropout")
-            if (value := getattr(options, name)) is not None
-        },
-        "--schedule": options.schedule,
-        "--lr": options.learning_rate(),
-        "--warmup-steps": options.warmup_steps,
-        "--label-smoothing": options.label_smoothing,
-        "--max-tokens": options.max_tokens,
-        "--grad-accum": options.grad_accum,
-        "--seed": options.seed,
-        "--bf16": "bf16" if bf16 else "fp32",
-        "processes": int(os.environ.get("WORLD_SIZE", "1")),
+    """The settings that define a run (`SETTINGS_FILE`): a resume must find them unchanged. They are the options
+    whose role is `setting` (the budget, checkpointing, evaluation and attention kernels are not: a resume may extend
+    or cut the budget), keyed by their names, as resolved: `tokenizer` says which tokenizer (`tokenizer_fingerprint`,
+    or the BPE's settings), `dropout` is the model's P_drop, `lr` the schedule's, `bf16` the precision; then the
+    training data and the processes. An option left unset (None) is not recorded, as in runs from before it
+    existed: unset, the attention dropouts are the preset's or the `init_from` folder's, which the file records."""
+    resolved = {
+        "tokenizer": tokenizer,
+        "dropout": dropout,
+        "lr": options.learning_rate(),
+        "bf16": "bf16" if bf16 else "fp32",
     }
+    settings = {
+        name: value
+        for name in with_role(TrainOptions, "setting")
+        if (value := resolved.get(name, getattr(options, name))) is not None
+    }
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    return {**settings, "training data": data_fingerprint(train_pairs), "processes": processes}
 
 
 def bpe_identity(options: TrainOptions, pairs: int) -> str:
@@ -211,8 +211,7 @@ def bpe_identity(options: TrainOptions, pairs: int) -> str:
 
 def _inputs(options: TrainOptions) -> list[tuple[str, Any]]:
     """The files and folders a run reads, which its `output_dir` must be apart from."""
-    names = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "dataset", "tokenizer")
-    return [(name, getattr(options, name)) for name in (*names, "init_from", "compare_curve")]
+    return [(name, getattr(options, name)) for name in with_role(TrainOptions, "reads")]
 
 
 def check_output_dir(options: TrainOptions) -> tuple[Path, Path | None]:

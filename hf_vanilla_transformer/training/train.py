@@ -27,7 +27,7 @@ import os
 import shlex
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from ..inference.loading import load_model, load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.generation_vanilla_transformer import paper_generation_config
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..option_fields import options_of
 from .averaging import (
     AVERAGE_MODES,
     AverageSpan,
@@ -69,7 +70,9 @@ from .learning_curve import (
 )
 from .mapped_pages import ReleaseCorpusPagesCallback
 from .options import (
+    BUDGET,
     EVAL_AT_SAVES,
+    INIT_FROM_REPLACES,
     TRAINER_ARGUMENTS_OF_OPTIONS,
     TrainOptions,
     TrainResult,
@@ -289,20 +292,13 @@ def _init_folder(options: TrainOptions) -> Path:
 
 def _trainer_arguments(options: TrainOptions, bf16: bool, report_to: list[str]) -> dict[str, Any]:
     """The Trainer's arguments: those of the options, then the user's other ones (`trainer_args`) over them."""
+    # The options that pass their value as it is (their `trainer` role), then those the Trainer takes otherwise.
+    passed = {item.metadata["trainer"]: getattr(options, item.name) for item in _passed_to_trainer()}
     arguments: dict[str, Any] = dict(
         output_dir=str(Path(options.output_dir) / CHECKPOINTS),
-        lr_schedule=options.schedule,
         learning_rate=options.learning_rate(),
-        warmup_steps=options.warmup_steps,
-        lr_cooldown=options.lr_cooldown,
-        label_smoothing_factor=options.label_smoothing,
-        decoder_start_embedding=options.decoder_start_embedding,
-        max_tokens=options.max_tokens,
-        gradient_accumulation_steps=options.grad_accum,
         num_train_epochs=options.epochs if options.epochs is not None else 1000,
         max_steps=options.max_steps if options.max_steps is not None else -1,
-        max_time=options.max_time,
-        save_every=options.save_every,
         save_strategy="epoch",
         # average "last": the Trainer keeps the last k (+1: a save cut short leaves k complete); best/spread keep
         # what they may still pick (CheckpointRetentionCallback). Either keeps best_model_checkpoint (`keep_best`).
@@ -311,22 +307,23 @@ def _trainer_arguments(options: TrainOptions, bf16: bool, report_to: list[str]) 
         eval_every=options.eval_every or EVAL_AT_SAVES,
         predict_with_generate=True,
         generation_num_beams=options.eval_num_beams or 1,
-        per_device_eval_batch_size=options.eval_batch_size,
         dataloader_pin_memory=torch.cuda.is_available(),  # the dev batches; pinning warns on a CPU
         metric_for_best_model="bleu" if options.keep_best else None,
         greater_is_better=True,
-        early_stopping_patience=options.early_stopping_patience,
         bf16=bf16,
         # Without a GPU, transformers needs to be told that the CPU is meant: for bf16 (CPU autocast), and under
         # torchrun for the processes to join a gloo group (else each trains alone and all write the same files).
         use_cpu=not torch.cuda.is_available() and (bf16 or int(os.environ.get("WORLD_SIZE", "1")) > 1),
-        seed=options.seed,
-        logging_steps=options.logging_steps,
         logging_first_step=True,
         disable_tqdm=not options.progress,
         report_to=report_to,
     )
-    return {**arguments, **_trainer_overrides(options.trainer_args)}
+    return {**passed, **arguments, **_trainer_overrides(options.trainer_args)}
+
+
+def _passed_to_trainer() -> list[Field[Any]]:
+    """The options whose value is a Trainer argument as it is (their `trainer` role names it)."""
+    return [item for item in options_of(TrainOptions) if item.metadata.get("trainer")]
 
 
 def trainer_argument_names() -> list[str]:
@@ -468,8 +465,8 @@ def plan_model(options: TrainOptions, checked: CheckedOptions, prepared: Prepare
     train_pairs = prepared.data.train
     settings = run_settings(options, train_pairs, prepared.tokenizer_identity, config.dropout, checked.bf16)
     if checked.init_dir is not None:  # a resume must start from the same folder: its weights are the run's start
-        settings.pop("--preset")
-        settings["--init-from"] = f"{checked.init_dir} ({_weights_fingerprint(checked.init_dir)})"
+        settings.pop("preset")
+        settings["init_from"] = f"{checked.init_dir} ({_weights_fingerprint(checked.init_dir)})"
     resume_from = prepared.resume_from
     if resume_from is None:
         return ModelPlan(config, settings, finished=False)
@@ -898,29 +895,12 @@ def _card_inputs(
         )
     if "learning_curve" in summary:
         notes.append(f"## Learning curve\n\n![validation BLEU against training minutes]({summary['learning_curve']})")
-    budget = {"max_time": options.max_time, "max_steps": options.max_steps, "epochs": options.epochs}
     training = {
-        "Preset": options.preset if options.init_from is None else None,
-        # Folder names only: results.json and the card are uploaded.
-        "Fine-tuned from": None if options.init_from is None else Path(options.init_from).name,
-        "Joint BPE vocabulary (§5.1)": options.vocab_size
-        if options.tokenizer is None and not options.init_from
-        else None,
-        "Tokenizer": Path(options.tokenizer).name if options.tokenizer is not None else None,
-        "Maximum sentence length (tokens)": options.max_length,
-        "Dropout P_drop": options.dropout,
-        "Attention dropout (deviation)": options.attention_dropout,
-        "ReLU dropout (deviation)": options.activation_dropout,
-        "Learning-rate schedule": options.schedule,
-        "Learning rate": options.learning_rate(),
-        "Warmup steps": options.warmup_steps,
-        "Learning-rate cooldown (share of the budget)": options.lr_cooldown,
-        "Label smoothing ε_ls": options.label_smoothing,
-        "Tokens per batch and side": options.max_tokens,
-        "Gradient accumulation": options.grad_accum,
-        "bf16": options.bf16,
-        "Seed": options.seed,
-        "Budget": ", ".join(f"{name} {value:g}" for name, value in budget.items() if value is not None) or None,
+        **_card_settings(options),
+        "Budget": ", ".join(
+            f"{name} {getattr(options, name):g}" for name in BUDGET if getattr(options, name) is not None
+        )
+        or None,
         "Updates": summary["updates"],
         "Epochs": round(summary["epochs"], 2),
         "Checkpoints averaged (§6.1)": ", ".join(summary["averaged_checkpoints"]),
@@ -940,6 +920,20 @@ def _card_inputs(
         "training": training,
         "data_note": None if multi30k else f"`{data_name}`: the user's own parallel data, not on the Hub.",
     }
+
+
+def _card_settings(options: TrainOptions) -> dict[str, Any]:
+    """The card's rows of the options (their `card` role is the row's label), as the run resolved them: the
+    learning rate of the schedule, folders by their names (the card is uploaded), the BPE's size only where the run
+    trained one, and what an `init_from` folder replaces left out."""
+    values = {item.name: getattr(options, item.name) for item in options_of(TrainOptions)}
+    values["lr"] = options.learning_rate()
+    if options.init_from is not None or options.tokenizer is not None:
+        values["vocab_size"] = None
+    if options.init_from is not None:  # (`tokenizer` is refused with it)
+        values.update(dict.fromkeys(INIT_FROM_REPLACES))
+    values.update((name, Path(values[name]).name) for name in ("init_from", "tokenizer") if values[name] is not None)
+    return {item.metadata["card"]: values[item.name] for item in options_of(TrainOptions) if item.metadata.get("card")}
 
 
 def _write_model_card(model_dir: Path, summary: dict[str, Any], repo_id: str | None) -> None:

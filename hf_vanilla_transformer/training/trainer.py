@@ -62,13 +62,12 @@ from .averaging import checkpoint_infos
 from .collator import TrainingCollator
 from .cpu_training import prepare_for_cpu_training
 from .data import pair_lengths
-from .options import EvalSchedule, parse_duration, parse_eval_every
+from .options import LR_SCHEDULES, EvalSchedule, parse_duration, parse_eval_every
 from .start_embedding import START_EMBEDDING_CHOICES, ZeroStartEmbeddingCallback
 from .static_shapes import LengthBuckets, StaticShapeCollator
 
 logger = logging.getLogger(__name__)
 
-LR_SCHEDULES = ("paper", "inverse_sqrt")
 # Data-loader worker processes on a CUDA device (VanillaSeq2SeqTrainingArguments._resolve_loader_defaults).
 LOADER_WORKERS_ON_CUDA = 2
 SNAPSHOT_FILE = "snapshot.json"
@@ -80,11 +79,14 @@ def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def inverse_sqrt_learning_rate(step: int, peak_lr: float, warmup_steps: int) -> float:
+def inverse_sqrt_learning_rate(step: int, peak_lr: float, warmup_steps: int, init_lr: float = 0.0) -> float:
     """Deviation (fairseq's `inverse_sqrt`): peak_lr · min(step / warmup, √(warmup / step)), step ≥ 1. It is eq. (3)
-    with the peak set directly (eq. (3) peaks at d_model^-0.5 · warmup^-0.5) instead of by d_model and warmup."""
+    with the peak set directly (eq. (3) peaks at d_model^-0.5 · warmup^-0.5) instead of by d_model and warmup.
+    `init_lr` (fairseq's --warmup-init-lr): the warmup rises linearly from it (at step 0) instead of from 0."""
     step = max(step, 1)
-    return peak_lr * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+    if step < warmup_steps:
+        return init_lr + (peak_lr - init_lr) * (step / warmup_steps)
+    return peak_lr * (warmup_steps / step) ** 0.5
 
 
 def cooldown_factor(remaining: float, cooldown: float) -> float:
@@ -248,6 +250,13 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             "learning_rate is the peak reached after warmup_steps."
         },
     )
+    warmup_init_lr: float | None = field(
+        default=None,
+        metadata={
+            "help": "Deviation (fairseq's --warmup-init-lr): with lr_schedule='inverse_sqrt', the learning rate the "
+            "warmup rises from, linearly, to learning_rate. None: 0."
+        },
+    )
     lr_cooldown: float | None = field(
         default=None,
         metadata={
@@ -327,6 +336,14 @@ class VanillaSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(
                 f"`learning_rate` is the peak learning rate with lr_schedule='inverse_sqrt', got {self.learning_rate}"
                 ", which diverges with Adam. Use e.g. 1e-3 (or lr_schedule='paper', where 1.0 means eq. (3))."
+            )
+        if self.warmup_init_lr is not None and not (
+            self.lr_schedule == "inverse_sqrt" and 0 <= self.warmup_init_lr < self.learning_rate
+        ):
+            raise ValueError(
+                f"`warmup_init_lr={self.warmup_init_lr}` is where the inverse_sqrt warmup starts: it needs "
+                "lr_schedule='inverse_sqrt' and a value from 0 to below the peak learning_rate "
+                f"({self.learning_rate:g})."
             )
         for name in ("max_time", "save_every"):
             value = getattr(self, name)
@@ -720,9 +737,10 @@ class VanillaSeq2SeqTrainer(Seq2SeqTrainer):
                 def schedule(step: int) -> float:
                     return paper_learning_rate(step + 1, d_model, warmup)
             else:
+                start = (self.args.warmup_init_lr or 0.0) / self.args.learning_rate  # a factor on learning_rate
 
                 def schedule(step: int) -> float:
-                    return inverse_sqrt_learning_rate(step + 1, 1.0, warmup)
+                    return inverse_sqrt_learning_rate(step + 1, 1.0, warmup, start)
 
             cooldown, max_time, max_steps = self.args.lr_cooldown, self.args.max_time, self.args.max_steps
 
