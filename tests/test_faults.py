@@ -325,7 +325,9 @@ def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path)
         pytest.param(["--dropout", "0.3"], "`--dropout` 0.3 now, 0.1 in the run", id="dropout"),
         # A deviation's dropout: the earlier run, without it, recorded none (as runs from before the option).
         pytest.param(
-            ["--attention-dropout", "0.2"], "`--attention-dropout` 0.2 now, (not set) in the run", id="attention-dropout"
+            ["--attention-dropout", "0.2"],
+            "`--attention-dropout` 0.2 now, (not set) in the run",
+            id="attention-dropout",
         ),
         pytest.param("other-data", "training data 64 pairs, sha256 ", id="data"),
         pytest.param(["--max-tokens", "64"], "`--max-tokens` 64 now, 48 in the run", id="max-tokens"),
@@ -337,7 +339,9 @@ def test_one_run_per_folder_and_a_killed_holder_blocks_nothing(corpus, tmp_path)
         ),
         pytest.param("tokenizer", "`--tokenizer` vocabulary sha256 ", id="tokenizer"),
         # Another d_model: a size-mismatch traceback from load_state_dict before.
-        pytest.param(["--preset", "transformer-tiny"], "`--preset` transformer-tiny now, transformer-test", id="preset"),
+        pytest.param(
+            ["--preset", "transformer-tiny"], "`--preset` transformer-tiny now, transformer-test", id="preset"
+        ),
         pytest.param(["--seed", "4"], "`--seed` 4 now, 3 in the run", id="seed"),
     ],
 )
