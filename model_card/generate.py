@@ -9,7 +9,7 @@ config passed), the decoding table from generation_config.json, the scores from 
 This package works from plain data (config.json as a dict, file names, the attention maps' names) and imports
 nothing from `hf_vanilla_transformer`, which imports it to write the cards of what it trains: one direction, no
 circle. The few facts of the model it restates (the parameter count's formula, the file names of a model folder,
-the attention maps' names) are checked against the package by tests/test_model_card.py.
+the attention maps' names) are checked against the package by tests/model_card/test_model_card.py.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ PAPER_CITATION = r"""@inproceedings{vaswani2017attention,
   year      = {2017},
   url       = {https://arxiv.org/abs/1706.03762}
 }"""
-# CITATION.cff's software entry (tests/test_model_card.py checks the title and version against it).
+# CITATION.cff's software entry (tests/model_card/test_model_card.py checks the title and version against it).
 PROJECT_CITATION = """@software{hf_vanilla_transformer,
   title   = {hf_vanilla_transformer: the Transformer of 'Attention Is All You Need' as a native Hugging Face
              seq2seq model},
@@ -316,8 +316,9 @@ MULTI30K = TrainingData(
 KNOWN_DATA = {"multi30k": MULTI30K, MULTI30K.hub_id: MULTI30K}
 
 # A model folder's files, as hf_vanilla_transformer/files.py names them (MODEL_FILES, TOKENIZER_FILES,
-# TARGET_TOKENIZER; tests/test_model_card.py checks that they agree): the card, configs and safetensors weights; every
-# tokenizer file that save_pretrained writes or a converter copies; the target side's tokenizer subfolder.
+# TARGET_TOKENIZER; tests/model_card/test_model_card.py checks that they agree): the card, configs and safetensors
+# weights; every tokenizer file that save_pretrained writes or a converter copies; the target side's tokenizer
+# subfolder.
 MODEL_FILES = (
     "README.md",
     "config.json",

@@ -1,5 +1,5 @@
-"""`hf-vanilla-transformer train` (cli.main, unchanged) with test hooks, for tests/test_faults.py and
-tests/test_distributed.py. Run as a subprocess, alone or under torchrun:
+"""`hf-vanilla-transformer train` (cli.main, unchanged) with test hooks, for tests/training/test_faults.py and
+tests/training/test_distributed.py. Run as a subprocess, alone or under torchrun:
 
     python tests/train_script.py [hook options] -- train --train-src ... --preset transformer-test ...
 

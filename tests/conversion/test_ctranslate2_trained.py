@@ -122,7 +122,7 @@ def test_the_start_token_must_be_pad() -> None:
 def test_the_row_and_its_adam_state_stay_zero_with_weight_decay(tmp_path: Path) -> None:
     """Label smoothing reaches <pad> through the tied projection, weight decay multiplies the row: neither moves
     it, and Adam's moments for it stay zero."""
-    from ..test_training import make_trainer, tiny_setup
+    from ..training.test_training import make_trainer, tiny_setup
 
     tokenizer, dataset, model = tiny_setup()
     with torch.no_grad():
