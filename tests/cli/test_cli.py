@@ -16,14 +16,7 @@ from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import hub_files
 
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from ..conftest import one_line_error, run
 
 
 @pytest.mark.parametrize(
@@ -120,7 +113,7 @@ def test_unwritable_output_folder_and_resume_without_checkpoints(tmp_path, capsy
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def multi30k(tmp_path_factory):
     """300 Multi30k training pairs and 4 test pairs as plain text files."""
     folder = tmp_path_factory.mktemp("corpus")
     for lang in ("en", "de"):
@@ -132,12 +125,12 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained(corpus, tmp_path_factory):
+def trained(multi30k, tmp_path_factory):
     output = tmp_path_factory.mktemp("run") / "model"
     argv = [
         "train",
-        *("--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")),
-        *("--test-src", str(corpus / "test.en"), "--test-tgt", str(corpus / "test.de")),
+        *("--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")),
+        *("--test-src", str(multi30k / "test.en"), "--test-tgt", str(multi30k / "test.de")),
         # A checkpoint after every update (--save-every far below an update's time), whatever the machine's speed.
         *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "4", "--save-every", "0.001"),
         *("--average-last", "3", "--output-dir", str(output), "--examples", "2", "--no-progress"),
@@ -147,15 +140,15 @@ def trained(corpus, tmp_path_factory):
     return output
 
 
-def test_train_dropout_deviations_reach_the_model(corpus, tmp_path, capsys) -> None:
+def test_train_dropout_deviations_reach_the_model(multi30k, tmp_path, capsys) -> None:
     """--attention-dropout / --activation-dropout (deviations; every preset has 0, the paper's) set the config's
     fields beside the preset's P_drop; the start-up line and the card name them; run_settings.json records them."""
     output = tmp_path / "run"
     argv = [
         "train",
-        *("--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")),
+        *("--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")),
         *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "1", "--average-last", "1"),
-        *("--test-src", str(corpus / "test.en"), "--test-tgt", str(corpus / "test.de"), "--examples", "1"),
+        *("--test-src", str(multi30k / "test.en"), "--test-tgt", str(multi30k / "test.de"), "--examples", "1"),
         *("--attention-dropout", "0.1", "--activation-dropout", "0.25", "--no-progress", "--output-dir", str(output)),
     ]
     code, out, err = run(argv, capsys)
@@ -173,16 +166,16 @@ def test_train_dropout_deviations_reach_the_model(corpus, tmp_path, capsys) -> N
     assert "| Attention dropout (deviation) | 0.1 |" in card and "| ReLU dropout (deviation) | 0.25 |" in card
 
 
-def test_train_sets_the_saved_models_decoding(corpus, tmp_path, capsys) -> None:
+def test_train_sets_the_saved_models_decoding(multi30k, tmp_path, capsys) -> None:
     """--num-beams / --length-penalty replace §6.1's beam 4 and α 0.6 in the saved folder's generation_config.json:
     the test scoring at the end decodes with them, the start-up log and the card say so, and the averaged model
     keeps them."""
     output = tmp_path / "run"
     argv = [
         "train",
-        *("--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")),
+        *("--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")),
         *("--vocab-size", "400", "--max-tokens", "1024", "--max-steps", "2", "--save-every", "0.001"),
-        *("--test-src", str(corpus / "test.en"), "--test-tgt", str(corpus / "test.de"), "--examples", "1"),
+        *("--test-src", str(multi30k / "test.en"), "--test-tgt", str(multi30k / "test.de"), "--examples", "1"),
         *("--average-last", "2", "--num-beams", "3", "--length-penalty", "1.4", "--no-progress"),
         *("--output-dir", str(output)),
     ]
@@ -214,7 +207,7 @@ def test_train_refuses_a_decoding_it_cannot_use(flags, message, capsys) -> None:
     assert exit_.value.code == 2 and message in err, err
 
 
-def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -> None:
+def test_train_writes_a_folder_the_translation_pipeline_loads(trained, multi30k) -> None:
     model = trained / "model"
     config = json.loads((model / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith("modeling_vanilla_transformer.")
@@ -238,7 +231,7 @@ def test_train_writes_a_folder_the_translation_pipeline_loads(trained, corpus) -
     # is the first test source (the data's own domain); the out-of-domain translation is recorded and shown.
     data = ModelCard(card).data
     assert data.license == "cc-by-nc-4.0" and data.datasets is None and data.language == ["en", "de"]
-    assert data.widget == [{"text": (corpus / "test.en").read_text().splitlines()[0]}]
+    assert data.widget == [{"text": (multi30k / "test.en").read_text().splitlines()[0]}]
     assert results["out_of_domain"]["source"].startswith("The Transformer is based solely on attention")
     assert f'output: "{results["out_of_domain"]["translation"]}"' in card
     assert "| Updates | 4 |" in card and "the user's own parallel data" in card
@@ -257,7 +250,7 @@ def test_the_model_folder_holds_exactly_the_hub_files(trained) -> None:
     assert {"checkpoints", "curve", "run_settings.json", "model"} <= run_level and "config.json" not in run_level
 
 
-def test_the_model_folder_shows_no_local_folder(trained, corpus) -> None:
+def test_the_model_folder_shows_no_local_folder(trained, multi30k) -> None:
     """The model folder is what `push` uploads: its card reproduces the training command with file names
     (`--train-src train.en`, not the absolute path given), and no file of it (card, results.json, configs,
     tokenizer files) holds the folders of the machine that trained. (Before the resume below, which rewrites the
@@ -268,12 +261,12 @@ def test_the_model_folder_shows_no_local_folder(trained, corpus) -> None:
     for path in sorted(model.rglob("*")):
         if path.is_file() and path.suffix in (".md", ".json", ".txt"):
             text = path.read_text(encoding="utf-8")
-            for folder in (str(corpus), str(trained), str(trained.parent)):
+            for folder in (str(multi30k), str(trained), str(trained.parent)):
                 assert folder not in text, f"{path.name} holds {folder}"
 
 
-def test_evaluate_translate_and_average_on_the_trained_folder(trained, corpus, capsys, tmp_path) -> None:
-    argv = ["evaluate", str(trained / "model"), "--src", str(corpus / "test.en"), "--ref", str(corpus / "test.de")]
+def test_evaluate_translate_and_average_on_the_trained_folder(trained, multi30k, capsys, tmp_path) -> None:
+    argv = ["evaluate", str(trained / "model"), "--src", str(multi30k / "test.en"), "--ref", str(multi30k / "test.de")]
     code, out, _ = run([*argv, "--num-beams", "1", "--output", str(tmp_path / "scores.json"), "--no-progress"], capsys)
     assert code == 0 and out.startswith("BLEU ") and "nrefs:1|case:mixed" in out
     assert json.loads((tmp_path / "scores.json").read_text())["n"] == 4
@@ -330,8 +323,8 @@ def test_learning_curve_snapshots_and_plot(trained, capsys, tmp_path) -> None:
     assert code == 2 and "`--compare-curve`" in err and "missing.json is not a readable JSON file" in err
 
 
-def test_rerun_needs_resume_and_resume_continues(trained, corpus, capsys) -> None:
-    base = ["train", "--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")]
+def test_rerun_needs_resume_and_resume_continues(trained, multi30k, capsys) -> None:
+    base = ["train", "--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")]
     base += ["--vocab-size", "400", "--max-tokens", "1024", "--output-dir", str(trained), "--no-progress"]
     code, _, err = run([*base, "--max-steps", "4"], capsys)
     assert code == 2 and "already holds checkpoints of an earlier run" in err and "--resume" in err
@@ -345,7 +338,9 @@ class _StopTrainingError(Exception):
 
 
 @pytest.mark.parametrize(("option", "expected"), [([], "eager"), (["--attn-implementation", "sdpa"], "sdpa")])
-def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, corpus, tmp_path, monkeypatch) -> None:
+def test_training_attention_is_eager_on_the_cpu_unless_chosen(
+    option, expected, multi30k, tmp_path, monkeypatch
+) -> None:
     from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer
 
     seen = []
@@ -355,14 +350,14 @@ def test_training_attention_is_eager_on_the_cpu_unless_chosen(option, expected, 
         raise _StopTrainingError  # the choice is made; no need to train
 
     monkeypatch.setattr(VanillaSeq2SeqTrainer, "train", train)
-    argv = ["train", "--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")]
+    argv = ["train", "--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")]
     argv += ["--vocab-size", "400", "--max-steps", "1", "--output-dir", str(tmp_path / "m"), *option]
     with pytest.raises(_StopTrainingError):
         main(argv)
     assert seen == [expected]
 
 
-def test_a_vocabulary_far_below_vocab_size_is_a_warning_in_flags(corpus, tmp_path, monkeypatch, caplog) -> None:
+def test_a_vocabulary_far_below_vocab_size_is_a_warning_in_flags(multi30k, tmp_path, monkeypatch, caplog) -> None:
     """300 pairs cannot fill `--vocab-size 30000`: the warning says so, in the command line's words on stderr."""
     from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer
 
@@ -370,7 +365,7 @@ def test_a_vocabulary_far_below_vocab_size_is_a_warning_in_flags(corpus, tmp_pat
         raise _StopTrainingError  # the tokenizer is trained; no need to train the model
 
     monkeypatch.setattr(VanillaSeq2SeqTrainer, "train", train)
-    argv = ["train", "--train-src", str(corpus / "train.en"), "--train-tgt", str(corpus / "train.de")]
+    argv = ["train", "--train-src", str(multi30k / "train.en"), "--train-tgt", str(multi30k / "train.de")]
     argv += ["--vocab-size", "30000", "--max-steps", "1", "--output-dir", str(tmp_path / "m"), "--no-progress"]
     with caplog.at_level("WARNING", logger="hf_vanilla_transformer"), pytest.raises(_StopTrainingError):
         main(argv)
@@ -390,13 +385,6 @@ def test_evaluate_refuses_unknown_languages_before_loading_the_model(tmp_path, c
 
 # ---------------------------------------------------------------------------------------------------- bad input
 # Each error is one line on stderr with exit status 2, naming the file or option and the fix.
-
-
-def one_line_error(code: int, err: str, *parts: str) -> None:
-    assert code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for part in parts:
-        assert part in err, err
 
 
 def translate_stdin(folder, data: bytes, capsys, monkeypatch, *options: str) -> tuple[int, str, str]:

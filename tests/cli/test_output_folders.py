@@ -19,7 +19,7 @@ from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.files import MANIFEST, read_manifest
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 
-from ..train_script import TEST_PRESET, train_args, write_corpus
+from ..train_script import TEST_PRESET, train_args
 
 REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "tests" / "conversion" / "fixtures" / "nn_transformer_tutorial" / "model.pt"
@@ -86,11 +86,6 @@ def convert(argv: list[str], capsys) -> tuple[int, str]:
     except SystemExit as exit_info:
         code = exit_info.code
     return code, capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 def run_argv(corpus: Path, output: Path | str, *extra: str) -> list[str]:

@@ -18,13 +18,12 @@ from huggingface_hub import ModelCard, constants
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vanilla_transformer.training.train as train_module
-from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import push_folder_to_hub, write_model_card
 
-from ..conftest import CODE_FILES, WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
+from ..conftest import CODE_FILES, WITHOUT_THE_PACKAGE, run, tiny_model, tiny_tokenizer
 
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "README.md"} | CODE_FILES
@@ -34,15 +33,6 @@ def folder_files(folder: Path) -> set[str]:
     """The folder's files but the package's manifests (files.MANIFEST), which stay local."""
     files = [path for path in folder.rglob("*") if path.is_file() and path.name != MANIFEST]
     return {path.relative_to(folder).as_posix() for path in files}
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

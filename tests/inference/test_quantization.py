@@ -12,8 +12,7 @@ from hf_vanilla_transformer.inference.cpu_inference import prepare_for_cpu_infer
 from hf_vanilla_transformer.inference.loading import load_model
 from hf_vanilla_transformer.inference.quantization import Int8Linear, quantize_int8
 
-from ..cli.test_cli import run
-from ..conftest import random_batch, tiny_model, tiny_tokenizer
+from ..conftest import random_batch, run, tiny_model, tiny_tokenizer
 
 
 def op_names(model: nn.Module, batch: dict[str, torch.Tensor]) -> set[str]:

@@ -42,7 +42,7 @@ from hf_vanilla_transformer.inference.translation import (
 from hf_vanilla_transformer.model.generation_vanilla_transformer import gnmt_length_penalty
 from hf_vanilla_transformer.training.options import TrainOptions, check_report_values
 
-from ..cli.test_cli import one_line_error, run
+from ..conftest import one_line_error, run
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ["--num-beams", "1", "--max-new-tokens", "6"]

@@ -14,8 +14,8 @@ from hf_vanilla_transformer.model.label_smoothed_loss import linear_label_smooth
 from hf_vanilla_transformer.training import compiling
 from hf_vanilla_transformer.training.compiling import compile_failure, resolve_torch_compile
 
+from ..conftest import make_trainer, tiny_setup
 from ..train_script import REPO, command, environment, train_args, write_corpus
-from .test_training import make_trainer, tiny_setup
 
 pytestmark = pytest.mark.slow
 

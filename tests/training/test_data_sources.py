@@ -15,6 +15,8 @@ from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from hf_vanilla_transformer.training.options import TrainOptions
 from hf_vanilla_transformer.training.run_data import load_training_data
 
+from ..conftest import run
+
 PAIRS = 60  # enough for a BPE of 400 tokens and two updates; a few seconds a run
 
 
@@ -39,15 +41,6 @@ def multi30k_pairs() -> dict[str, list[str]]:
 def write_jsonl(path, lines: dict[str, list[str]]) -> None:
     rows = ({"translation": {"en": en, "de": de}} for en, de in zip(lines["en"], lines["de"], strict=True))
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def train_argv(output, *data: str) -> list[str]:

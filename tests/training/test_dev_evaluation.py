@@ -22,17 +22,15 @@ from hf_vanilla_transformer.training.averaging import (
 )
 from hf_vanilla_transformer.training.trainer import EvalSchedule, parse_eval_every
 
-from ..train_script import MAX_TOKENS, TEST_PRESET, write_corpus
+from ..train_script import MAX_TOKENS, TEST_PRESET
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """write_corpus's data, plus a dev set whose references no model of its tokenizer can produce ("zzz" is not in
-    its vocabulary), so dev BLEU is 0 at every evaluation: it never improves."""
-    folder = write_corpus(tmp_path_factory.mktemp("corpus"))
-    (folder / "stall.src").write_text("w5 w6\nw7 w8 w9\n", encoding="utf-8")
-    (folder / "stall.tgt").write_text("zzz\nzzz zzz\n", encoding="utf-8")
-    return folder
+def stall_dev_set(corpus: Path) -> None:
+    """A dev set in the corpus, `stall`, whose references no model of its tokenizer can produce ("zzz" is not in its
+    vocabulary), so dev BLEU is 0 at every evaluation: it never improves."""
+    (corpus / "stall.src").write_text("w5 w6\nw7 w8 w9\n", encoding="utf-8")
+    (corpus / "stall.tgt").write_text("zzz\nzzz zzz\n", encoding="utf-8")
 
 
 def train(corpus: Path, run: Path, capsys, *extra: str, dev: str = "test") -> tuple[str, dict]:
@@ -98,7 +96,7 @@ def test_dev_scores_reach_the_logs_tensorboard_the_curve_and_results(corpus, tmp
     assert kept == {*names, "checkpoint-3"}
 
 
-def test_early_stopping_stops_a_long_run_and_keep_best_keeps_the_best(corpus, tmp_path, capsys) -> None:
+def test_early_stopping_stops_a_long_run_and_keep_best_keeps_the_best(corpus, stall_dev_set, tmp_path, capsys) -> None:
     run = tmp_path / "run"
     extra = ("--max-steps", "200", "--eval-every", "1", "--early-stopping-patience", "2", "--keep-best")
     out, results = train(corpus, run, capsys, *extra, "--average-last", "1", dev="stall")

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from hf_vanilla_transformer.files import writable_folder
 
-from ..train_script import run, train_args, write_corpus
+from ..train_script import run, train_args
 
 MAX_STEPS = 12
 
@@ -37,11 +37,6 @@ def logged(output: Path) -> tuple[dict[int, float], float]:
 def written(trace: Path, rank: int) -> list[str]:
     path = trace / f"writes-rank{rank}.txt"
     return path.read_text().splitlines() if path.exists() else []
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")

@@ -63,11 +63,6 @@ def checkpoint_steps(output_dir: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-@pytest.fixture(scope="module")
 def reference(corpus, tmp_path_factory) -> Path:
     """The uninterrupted run, with a record of the files it wrote."""
     output = tmp_path_factory.mktemp("reference") / "model"

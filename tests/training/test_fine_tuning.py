@@ -18,8 +18,7 @@ from hf_vanilla_transformer.training.options import TrainOptions
 from hf_vanilla_transformer.training.recipes import FINETUNE
 from hf_vanilla_transformer.training.train import train
 
-from ..conftest import tiny_tokenizer
-from ..conversion.test_marian import TEXT, import_args, opus_folder  # noqa: F401 (opus_folder: a fixture)
+from ..conftest import TEXT, import_args, tiny_tokenizer
 from ..train_script import TEST_PRESET
 
 
@@ -95,10 +94,7 @@ def test_fine_tuning_on_another_slice_lowers_its_dev_loss(tmp_path, monkeypatch)
         train(options(second, tmp_path / "tuned", 31, init_from=tmp_path / "copy", resume=True))
 
 
-def test_init_from_a_converted_marian_folder_trains_and_writes_a_loadable_model(
-    opus_folder,  # noqa: F811 (the fixture imported above)
-    tmp_path,
-) -> None:
+def test_init_from_a_converted_marian_folder_trains_and_writes_a_loadable_model(opus_folder, tmp_path) -> None:
     converted = tmp_path / "converted"
     marian.convert(import_args(opus_folder, converted))
     data = tmp_path / "data"

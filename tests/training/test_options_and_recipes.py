@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer import cli
 from hf_vanilla_transformer.errors import OptionError
 from hf_vanilla_transformer.inference.translation import EvaluateOptions, TranslateOptions, evaluate, translate
@@ -27,16 +26,9 @@ from hf_vanilla_transformer.training.recipes import (
 from hf_vanilla_transformer.training.train import train
 
 from ..train_script import MAX_TOKENS, TEST_PRESET, write_corpus
+from .conftest import cli_train_options
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def cli_train_options(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> TrainOptions:
-    """The TrainOptions that `hf-vanilla-transformer train ARGV` hands to `train` (nothing is trained)."""
-    seen: list[TrainOptions] = []
-    monkeypatch.setattr(train_module, "train", lambda options: seen.append(options))
-    assert cli.main(["train", *argv]) == 0
-    return seen[0]
 
 
 def test_the_command_line_defaults_are_the_library_defaults(monkeypatch) -> None:

@@ -13,7 +13,7 @@ from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESE
 from hf_vanilla_transformer.training.run_folder import RUN_CONFIG_FILE, TRAINER_ARGUMENTS_FILE
 
 from ..train_script import TEST_PRESET, train_args, write_corpus
-from .test_options_and_recipes import cli_train_options
+from .conftest import cli_train_options
 
 
 def test_trainer_arguments_from_the_command_line_are_typed_like_run_translation(monkeypatch) -> None:

@@ -10,11 +10,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from datasets import Dataset
 from safetensors.torch import load_file
 
-from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.training.data import tokenize_pairs
 from hf_vanilla_transformer.training.trainer import (
     TokenBudgetBatchSampler,
     VanillaSeq2SeqTrainer,
@@ -26,7 +23,7 @@ from hf_vanilla_transformer.training.trainer import (
     resolve_bf16,
 )
 
-from ..conftest import tiny_tokenizer
+from ..conftest import make_trainer, tiny_setup
 
 
 def random_lengths(n: int, seed: int) -> tuple[list[int], list[int]]:
@@ -204,42 +201,6 @@ def test_bf16_no_does_not_measure_and_bad_choices_are_refused(monkeypatch) -> No
 
 
 # ------------------------------------------------------------------------------------------- the Trainer
-
-
-def tiny_setup(n: int = 96, model_seed: int = 0) -> tuple:
-    """96 reversal pairs (always the same) and a 1+1-layer model initialised from `model_seed`."""
-    tokenizer = tiny_tokenizer()
-    rng = random.Random(0)
-    sources, targets = [], []
-    for _ in range(n):
-        words = [f"w{rng.randint(4, 60)}" for _ in range(rng.randint(1, 9))]
-        sources.append(" ".join(words))
-        targets.append(" ".join(reversed(words)))
-    dataset = tokenize_pairs(Dataset.from_dict({"source": sources, "target": targets}), tokenizer)
-    torch.manual_seed(model_seed)
-    config = VanillaTransformerConfig.from_paper(
-        N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, vocab_size=len(tokenizer), max_position_embeddings=32
-    )
-    return tokenizer, dataset, VanillaTransformerForConditionalGeneration(config)
-
-
-def make_trainer(tmp_path, model, tokenizer, dataset, **overrides) -> VanillaSeq2SeqTrainer:
-    options = dict(
-        output_dir=str(tmp_path),
-        max_tokens=64,
-        lr_schedule="inverse_sqrt",
-        learning_rate=1e-3,
-        warmup_steps=4,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        use_cpu=True,
-        seed=0,
-        logging_steps=2,
-    )
-    options.update(overrides)
-    args = VanillaSeq2SeqTrainingArguments(**options)
-    return VanillaSeq2SeqTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
 def test_the_trainer_batches_from_the_length_arrays(tmp_path) -> None:

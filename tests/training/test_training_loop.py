@@ -20,7 +20,7 @@ from hf_vanilla_transformer.training.trainer import (
     VanillaSeq2SeqTrainingArguments,
 )
 
-from .test_training import make_trainer, tiny_setup
+from ..conftest import make_trainer, tiny_setup
 
 # The calls that read a tensor's value into Python: on a GPU, each waits for the device to finish its queued work.
 READ_BACKS = ("item", "tolist", "__int__", "__bool__", "__float__", "__index__")
