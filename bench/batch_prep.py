@@ -8,7 +8,7 @@ and then each update costs this much more (docs/runs/gpu.md, "Compiled training 
 The bundled Multi30k train set (EN→DE) with a joint BPE trained here, `prepare_pairs` and `TokenBudgetBatchSampler`
 as `train` uses them, one thread. Prints, per token budget, the milliseconds per batch (median over `--batches`
 batches in the sampler's order) of the fetch (`Dataset.__getitems__`), of `TrainingCollator` (the Trainer's
-default collator: padding, the ids checked, decoder inputs from the labels) and of both. tests/test_bench.py runs
+default collator: padding, the ids checked, decoder inputs from the labels) and of both. tests/bench/test_bench.py runs
 it on the val split.
 """
 

@@ -12,7 +12,7 @@
 #       short run of it (recipe as is: compiled on a GPU).
 # Usage: bash bench/gpu_check.sh OUT_DIR [--cpu-smoke]
 #   --cpu-smoke: every step tiny on a CPU (no compiling, small models and data, 10 updates), so that the script is
-#   tested between GPU loans (tests/test_bench.py); its numbers mean nothing.
+#   tested between GPU loans (tests/bench/test_bench.py); its numbers mean nothing.
 #   PYTHON=... picks the interpreter; GPU_WHEELS=DIR pip-installs DIR/*.whl first (e.g. a newer transformers than
 #   the machine's, whose dependencies must be there or in DIR: no index is reached).
 set -uo pipefail

@@ -15,7 +15,7 @@ each must be answered 4xx and each good one 200, and a good request after them 2
 (`translate_n_best` in chunks of `--translate-batch-size` lines, as the command decodes; the model loaded first, not
 timed): its sentences/s and how many of the server's translations are identical to it.
 
-Not part of the test suite (tests/test_serve.py runs `--quick` with a tiny model); results go to
+Not part of the test suite (tests/serving/test_serve.py runs `--quick` with a tiny model); results go to
 docs/runs/serving-and-scale.md with the host. Run it with nothing else on the machine.
 """
 

@@ -36,7 +36,7 @@ MIGRATION_GUIDE = "https://github.com/huggingface/transformers/blob/main/MIGRATI
 
 def removed_task_error(task: str) -> KeyError:
     """The KeyError transformers raises for `task` ("translation" or "translation_xx_to_yy") without this package
-    (its words; tests/test_pipeline_and_remote_code.py compares the two)."""
+    (its words; tests/model/test_pipeline_and_remote_code.py compares the two)."""
     return KeyError(
         f"The task {task} has been removed from transformers. {REMOVED_TRANSLATION_HINT} See the migration guide for "
         f"more details: {MIGRATION_GUIDE}"

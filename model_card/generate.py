@@ -10,8 +10,8 @@ config passed), the decoding table from generation_config.json, the scores from 
 This package works from plain data (config.json as a dict, the folder's files). The values a card writes are checked
 by `hf_vanilla_transformer.hub_metadata` (the same checks `train` makes before any data is read); the package's
 `train` and `push` import this one only inside the functions that render a card, and no module of the package that
-this one imports imports it back (tests/test_model_card.py checks both). The parameter count's formula, which it
-restates, is checked against the model by tests/test_model_card.py.
+this one imports imports it back (tests/model_card/test_model_card.py checks both). The parameter count's formula,
+which it restates, is checked against the model by tests/model_card/test_model_card.py.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ PAPER_CITATION = r"""@inproceedings{vaswani2017attention,
   year      = {2017},
   url       = {https://arxiv.org/abs/1706.03762}
 }"""
-# CITATION.cff's software entry (tests/test_model_card.py checks the title and version against it).
+# CITATION.cff's software entry (tests/model_card/test_model_card.py checks the title and version against it).
 PROJECT_CITATION = """@software{hf_vanilla_transformer,
   title   = {hf_vanilla_transformer: the Transformer of 'Attention Is All You Need' as a native Hugging Face
              seq2seq model},

@@ -1,11 +1,23 @@
-"""Shared fixtures: tiny configs and models (CPU, seconds)."""
+"""Shared fixtures and helpers: tiny configs, models and tokenizers (CPU, seconds), the command line run in this
+process, the reversal corpus, a tiny Trainer, an OPUS-MT-like Marian folder and a local fake Hub."""
 
+import io
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
+from datasets import Dataset
+from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
+from conversion import marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.training.data import tokenize_pairs
+from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
+
+from .train_script import reversal_pairs, write_corpus
 
 VOCAB = 61
 # The opening of a script run in a subprocess that must not import this package (what remote code is tested in):
@@ -126,4 +138,137 @@ def bpe_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bpe") / "model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`hf-vanilla-transformer ARGV` in this process: exit status, stdout, stderr."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line_error(code: int, err: str, *parts: str) -> None:
+    """A command's refusal: exit status 2 and one line of stderr, no traceback, naming each of `parts`."""
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, err
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reversal corpus of tests/train_script.py (`write_corpus`), one per test module."""
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def tiny_setup(n: int = 96, model_seed: int = 0) -> tuple:
+    """96 reversal pairs (always the same) and a 1+1-layer model initialised from `model_seed`."""
+    tokenizer = tiny_tokenizer()
+    sources, targets = reversal_pairs(n)
+    dataset = tokenize_pairs(Dataset.from_dict({"source": sources, "target": targets}), tokenizer)
+    torch.manual_seed(model_seed)
+    config = VanillaTransformerConfig.from_paper(
+        N=1, d_model=16, d_ff=32, h=2, P_drop=0.0, vocab_size=len(tokenizer), max_position_embeddings=32
+    )
+    return tokenizer, dataset, VanillaTransformerForConditionalGeneration(config)
+
+
+def make_trainer(tmp_path, model, tokenizer, dataset, **overrides) -> VanillaSeq2SeqTrainer:
+    """A Trainer on the CPU with 64-token batches, inverse-sqrt schedule and no checkpoints; `overrides` replace any
+    of its arguments."""
+    options = dict(
+        output_dir=str(tmp_path),
+        max_tokens=64,
+        lr_schedule="inverse_sqrt",
+        learning_rate=1e-3,
+        warmup_steps=4,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=0,
+        logging_steps=2,
+    )
+    options.update(overrides)
+    args = VanillaSeq2SeqTrainingArguments(**options)
+    return VanillaSeq2SeqTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+# OPUS-MT-like Marian models (the Marian import and fine-tuning from an imported folder)
+ATOL = 1e-5
+TEXT = ["the cat sat on the mat", "a dog ate the bone", "the bird sang a song", "cats and dogs are friends"]
+TEXT += ["the sun is hot today"]
+
+
+def import_args(source: Path, output: Path) -> marian.MarianOptions:
+    """The import's options, with the bound these tiny models meet in both precisions."""
+    return marian.MarianOptions(source, output, atol=ATOL, atol_fp32=ATOL)
+
+
+def tiny_marian_config(**overrides: object) -> MarianConfig:
+    fields: dict = dict(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        pad_token_id=VOCAB - 1,
+        decoder_start_token_id=VOCAB - 1,
+        max_position_embeddings=64,
+    )
+    return MarianConfig(**fields | overrides)
+
+
+@pytest.fixture(scope="module")
+def opus_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An OPUS-MT-like MarianMTModel folder with a MarianTokenizer (SentencePiece)."""
+    import sentencepiece
+
+    folder = tmp_path_factory.mktemp("opus")
+    proto = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXT * 4),
+        model_writer=proto,
+        vocab_size=30,
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
+    for name in ("source.spm", "target.spm"):
+        (folder / name).write_bytes(proto.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_proto=proto.getvalue())
+    pieces = [processor.id_to_piece(i) for i in range(1, processor.get_piece_size())]  # 0 is <unk>
+    vocab = {"</s>": 0, "<unk>": 1} | {piece: i + 2 for i, piece in enumerate(pieces)}
+    vocab["<pad>"] = len(vocab)  # OPUS-MT: <pad> is the last id and starts the decoder
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    files = [str(folder / name) for name in ("source.spm", "target.spm", "vocab.json")]
+    MarianTokenizer(*files).save_pretrained(folder)  # writes tokenizer_config.json as OPUS-MT folders have it
+    size = len(vocab)
+    config = tiny_marian_config(
+        vocab_size=size,
+        encoder_layers=2,
+        decoder_layers=2,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=size - 1,
+        decoder_start_token_id=size - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        init_std=0.2,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    model.final_logits_bias.normal_()
+    model.generation_config.bad_words_ids = [[size - 1]]
+    model.save_pretrained(folder)
     return folder

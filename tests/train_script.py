@@ -1,5 +1,5 @@
-"""`hf-vanilla-transformer train` (cli.main, unchanged) with test hooks, for tests/test_faults.py and
-tests/test_distributed.py. Run as a subprocess, alone or under torchrun:
+"""`hf-vanilla-transformer train` (cli.main, unchanged) with test hooks, for tests/training/test_faults.py and
+tests/training/test_distributed.py. Run as a subprocess, alone or under torchrun:
 
     python tests/train_script.py [hook options] -- train --train-src ... --preset transformer-test ...
 
@@ -34,6 +34,17 @@ TEST_PRESET = dict(N=1, d_model=32, d_ff=64, h=4, P_drop=0.1)
 MAX_TOKENS = 48  # the 64 pairs of `write_corpus` then make 10 batches per epoch
 
 
+def reversal_pairs(n: int) -> tuple[list[str], list[str]]:
+    """`n` sentences of 1 to 9 words over w4 ... w60 (always the same ones) and the same words reversed."""
+    rng = random.Random(0)
+    sources, targets = [], []
+    for _ in range(n):
+        words = [f"w{rng.randint(4, 60)}" for _ in range(rng.randint(1, 9))]
+        sources.append(" ".join(words))
+        targets.append(" ".join(reversed(words)))
+    return sources, targets
+
+
 def write_corpus(folder: Path) -> Path:
     """64 reversal pairs over w4 ... w60 as train.src/train.tgt, 3 of them as test.src/test.tgt, and the tests'
     word-level tokenizer (conftest.tiny_tokenizer) in folder/tokenizer."""
@@ -41,12 +52,7 @@ def write_corpus(folder: Path) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     tiny_tokenizer().save_pretrained(folder / "tokenizer")
-    rng = random.Random(0)
-    sources, targets = [], []
-    for _ in range(64):
-        words = [f"w{rng.randint(4, 60)}" for _ in range(rng.randint(1, 9))]
-        sources.append(" ".join(words))
-        targets.append(" ".join(reversed(words)))
+    sources, targets = reversal_pairs(64)
     for name, lines in (("train.src", sources), ("train.tgt", targets), ("test.src", sources[:3])):
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "test.tgt").write_text("\n".join(targets[:3]) + "\n", encoding="utf-8")

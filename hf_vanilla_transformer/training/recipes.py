@@ -189,7 +189,7 @@ MULTI30K_TINY = MULTI30K_1H.but(
 # defaults), ε_ls 0.1, 100,000 steps, checkpoints every 10 minutes and the last 5 averaged. `max_tokens` is per
 # process: the paper's 25,000 were summed over 8 GPUs, so on P processes pass `--max-tokens` 25000/P (or keep it and
 # divide by `--grad-accum`). Not run in this repository (it is sized for WMT on 8 GPUs for 12 hours); the schedule,
-# optimizer and label smoothing are checked against the paper in tests/test_training.py.
+# optimizer and label smoothing are checked against the paper in tests/training/test_training.py.
 PAPER_BASE = Recipe(
     name="paper-base",
     summary="the paper's base model: eq. (3), warmup 4000, 25k-token batches, 100k steps (§5)",
@@ -225,8 +225,9 @@ PAPER_BIG = PAPER_BASE.but(
 #   far from the solution the run starts from (catastrophic forgetting of the old data) before the new data's gradient
 #   has been averaged over many batches. Toolkits' adaptation recipes use the same order: a fraction of the training
 #   peak (Marian's and fairseq's fine-tuning examples), and run_translation.py's pretrained-model default is lower
-#   still (5e-5, linear decay) for large models. The test (tests/test_fine_tuning.py) shows dev BLEU on the new
-#   data rising from the start model's with this setting on a tiny model; the value was not tuned on real data here.
+#   still (5e-5, linear decay) for large models. The test (tests/training/test_fine_tuning.py) shows dev BLEU on the
+#   new data rising from the start model's with this setting on a tiny model; the value was not tuned on real data
+#   here.
 # - warmup 100 updates instead of 400: the optimizer starts afresh (the folder holds no Adam moments), so a short
 #   warmup lets the second-moment estimates settle before the peak; the weights themselves need no long warmup.
 # - a budget of 10 minutes with checkpoints every minute and the last 5 averaged (§6.1): adaptation sets are

@@ -13,7 +13,7 @@ padded to one of a few fixed shapes:
   `count` in all.
 Padding changes no loss: padded positions carry label -100 (the loss and its token count skip them) and are masked
 as attention keys; a padded row has all labels -100 and one unmasked key (its first <pad>), so its attention has
-something to normalise over and yields no NaN. tests/test_static_shapes.py checks both on Multi30k's batches.
+something to normalise over and yields no NaN. tests/training/test_static_shapes.py checks both on Multi30k's batches.
 """
 
 from __future__ import annotations

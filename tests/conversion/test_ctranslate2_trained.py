@@ -22,7 +22,7 @@ from hf_vanilla_transformer.training.start_embedding import start_embedding_max
 from hf_vanilla_transformer.training.train import train
 
 from ..train_script import MAX_TOKENS, TEST_PRESET, write_corpus
-from .test_marian import ctranslate2_translator, greedy_tokens, log_prob_difference
+from .conftest import ctranslate2_translator, greedy_tokens, log_prob_difference
 
 UPDATES = 12
 
@@ -122,7 +122,7 @@ def test_the_start_token_must_be_pad() -> None:
 def test_the_row_and_its_adam_state_stay_zero_with_weight_decay(tmp_path: Path) -> None:
     """Label smoothing reaches <pad> through the tied projection, weight decay multiplies the row: neither moves
     it, and Adam's moments for it stay zero."""
-    from ..test_training import make_trainer, tiny_setup
+    from ..conftest import make_trainer, tiny_setup
 
     tokenizer, dataset, model = tiny_setup()
     with torch.no_grad():

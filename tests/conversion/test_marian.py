@@ -1,27 +1,22 @@
 """Marian / OPUS-MT import, export to MarianMTModel, and CTranslate2 on the export (conversion/marian.py).
 
-Tiny random models only, no network: an OPUS-MT-like folder is built here (a SentencePiece model trained on a few
-lines, Marian's vocab.json with </s> = 0 and <pad> last, swish, a non-zero final_logits_bias).
+Tiny random models only, no network: an OPUS-MT-like folder is built in tests/conftest.py (a SentencePiece model
+trained on a few lines, Marian's vocab.json with </s> = 0 and <pad> last, swish, a non-zero final_logits_bias).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoTokenizer,
-    MarianConfig,
     MarianMTModel,
-    MarianTokenizer,
-    PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
 
@@ -32,25 +27,10 @@ from hf_vanilla_transformer.cli import main as main_cli
 from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
 
-from ..conftest import VOCAB, tiny_model, tiny_tokenizer
+from ..conftest import ATOL, TEXT, VOCAB, import_args, tiny_marian_config, tiny_model, tiny_tokenizer
+from .conftest import ctranslate2_translator, greedy_tokens, log_prob_difference, logits
 
-if TYPE_CHECKING:
-    import ctranslate2
-
-ATOL = 1e-5
-TEXT = ["the cat sat on the mat", "a dog ate the bone", "the bird sang a song", "cats and dogs are friends"]
-TEXT += ["the sun is hot today"]
 SOURCES = ["w5 w9 w33 w12", "w40 w41", "w7 w8 w9 w10 w11 w12 w13"]
-
-
-def logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    with torch.no_grad():
-        return model.eval()(**inputs).logits
-
-
-def import_args(source: Path, output: Path) -> marian.MarianOptions:
-    """The import's options, with the bound these tiny models meet in both precisions."""
-    return marian.MarianOptions(source, output, atol=ATOL, atol_fp32=ATOL)
 
 
 def export_args(source: Path, output: Path, **flags: bool) -> marian.ToMarianOptions:
@@ -72,71 +52,6 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def tiny_marian_config(**overrides: object) -> MarianConfig:
-    fields: dict = dict(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        pad_token_id=VOCAB - 1,
-        decoder_start_token_id=VOCAB - 1,
-        max_position_embeddings=64,
-    )
-    return MarianConfig(**fields | overrides)
-
-
-@pytest.fixture(scope="module")
-def opus_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An OPUS-MT-like MarianMTModel folder with a MarianTokenizer (SentencePiece)."""
-    import sentencepiece
-
-    folder = tmp_path_factory.mktemp("opus")
-    proto = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(TEXT * 4),
-        model_writer=proto,
-        vocab_size=30,
-        character_coverage=1.0,
-        bos_id=-1,
-        eos_id=-1,
-        unk_id=0,
-        minloglevel=2,
-    )
-    for name in ("source.spm", "target.spm"):
-        (folder / name).write_bytes(proto.getvalue())
-    processor = sentencepiece.SentencePieceProcessor(model_proto=proto.getvalue())
-    pieces = [processor.id_to_piece(i) for i in range(1, processor.get_piece_size())]  # 0 is <unk>
-    vocab = {"</s>": 0, "<unk>": 1} | {piece: i + 2 for i, piece in enumerate(pieces)}
-    vocab["<pad>"] = len(vocab)  # OPUS-MT: <pad> is the last id and starts the decoder
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    files = [str(folder / name) for name in ("source.spm", "target.spm", "vocab.json")]
-    MarianTokenizer(*files).save_pretrained(folder)  # writes tokenizer_config.json as OPUS-MT folders have it
-    size = len(vocab)
-    config = tiny_marian_config(
-        vocab_size=size,
-        encoder_layers=2,
-        decoder_layers=2,
-        activation_function="swish",
-        scale_embedding=True,
-        pad_token_id=size - 1,
-        decoder_start_token_id=size - 1,
-        eos_token_id=0,
-        forced_eos_token_id=0,
-        init_std=0.2,
-        dropout=0.0,
-    )
-    torch.manual_seed(0)
-    model = MarianMTModel(config)
-    model.final_logits_bias.normal_()
-    model.generation_config.bad_words_ids = [[size - 1]]
-    model.save_pretrained(folder)
-    return folder
 
 
 def test_import_opus_mt_folder(opus_folder: Path, tmp_path: Path) -> None:
@@ -340,49 +255,6 @@ def test_tokenizer_follows_pad_to_the_last_id(
 
 
 # ------------------------------------------------------------------------------------------------------ CTranslate2
-def ctranslate2_translator(marian_folder: Path, output: Path) -> ctranslate2.Translator:
-    import ctranslate2  # a dev dependency: these tests must fail, not skip, where it is missing
-
-    ctranslate2.converters.TransformersConverter(str(marian_folder)).convert(str(output))
-    return ctranslate2.Translator(str(output), device="cpu", intra_threads=1)
-
-
-def greedy_tokens(
-    model: VanillaTransformerForConditionalGeneration, tokenizer: PreTrainedTokenizerBase, sources: list[str]
-) -> list[list[str]]:
-    """Our greedy decoding as token strings, without the start token, EOS and padding. <pad> is suppressed because
-    CTranslate2's MarianMTLoader removes it from the vocabulary."""
-    batch = tokenizer(sources, return_tensors="pt", padding=True)
-    pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    output = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=12, suppress_tokens=[pad])
-    return [tokenizer.convert_ids_to_tokens([i for i in row[1:].tolist() if i not in (pad, eos)]) for row in output]
-
-
-def log_prob_difference(
-    translator: ctranslate2.Translator,
-    model: VanillaTransformerForConditionalGeneration,
-    tokenizer: PreTrainedTokenizerBase,
-    sources: list[str],
-    targets: list[list[str]],
-) -> float:
-    """Max-abs difference between CTranslate2's `score_batch` log-probabilities of `targets` + EOS and ours,
-    normalised without <pad> as in CTranslate2."""
-    source_tokens = [tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids) for text in sources]
-    difference = 0.0
-    for source, target, scored in zip(sources, targets, translator.score_batch(source_tokens, targets), strict=True):
-        ids = tokenizer.convert_tokens_to_ids(target)
-        inputs = {
-            "input_ids": tokenizer(source, return_tensors="pt").input_ids,
-            "decoder_input_ids": torch.tensor([[model.config.decoder_start_token_id, *ids]]),
-        }
-        scores = logits(model, inputs)[0]
-        scores[:, model.config.pad_token_id] = -torch.inf
-        labels = torch.tensor([*ids, model.config.eos_token_id])
-        ours = scores.log_softmax(-1)[torch.arange(len(labels)), labels]
-        difference = max(difference, (torch.tensor(scored.log_probs) - ours).abs().max().item())
-    return difference
-
-
 @pytest.mark.parametrize(("seed", "activation"), [(1, "relu"), (2, "swish"), (1, "gelu")])
 def test_ctranslate2_decodes_like_ours(seed: int, activation: str, tmp_path: Path) -> None:
     model = tiny_model(seed=seed, init_std=0.2, activation_function=activation)  # 0.2: outputs depend on the source
