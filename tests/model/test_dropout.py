@@ -102,7 +102,7 @@ def test_the_model_trains_with_it(monkeypatch) -> None:
 def test_the_model_code_is_plain_torch_dropout_until_prepared() -> None:
     """The model (remote code) builds torch's `nn.Dropout`; the step turns each into a `CpuDropout` in place, the
     same modules and state_dict, and a second call changes nothing."""
-    from .conftest import tiny_model
+    from ..conftest import tiny_model
 
     model = tiny_model(dropout=0.1, activation_dropout=0.2)
     kinds = {name: type(module) for name, module in model.named_modules() if isinstance(module, nn.Dropout)}
@@ -124,7 +124,7 @@ def test_the_training_step_prepares_the_model(tmp_path) -> None:
 
     from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
 
-    from .conftest import tiny_model
+    from ..conftest import tiny_model
 
     model = tiny_model(dropout=0.1)
     pairs = Dataset.from_dict({"input_ids": [[5, 6, 7, 2], [8, 9, 2]] * 4, "labels": [[10, 11, 2], [12, 2]] * 4})
