@@ -36,9 +36,8 @@ def training_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Label-smoothed (ε_ls = 0.1, §5.4) token-level cross-entropy, each model's fastest way: ours fuses the
     projection with the loss (`skip_logits`, what VanillaSeq2SeqTrainer uses); Marian's logits go through
     `cross_entropy(label_smoothing=...)`, PyTorch's fused kernel (faster than the Trainer's LabelSmoother)."""
-    inputs = dict(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=batch.decoder_input_ids
-    )
+    inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    inputs["decoder_input_ids"] = batch.decoder_input_ids
     # `torch.compile` wraps the model (`_orig_mod`); the Trainer unwraps it the same way before choosing the loss.
     if isinstance(getattr(model, "_orig_mod", model), VanillaTransformerForConditionalGeneration):
         return model(**inputs, labels=batch.labels, label_smoothing=LABEL_SMOOTHING, skip_logits=True).loss
