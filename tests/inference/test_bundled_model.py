@@ -12,7 +12,7 @@ from safetensors import safe_open
 from transformers import pipeline
 
 from hf_vanilla_transformer import BUNDLED_MODEL
-from hf_vanilla_transformer.inference.translation import EvaluateOptions, evaluate
+from hf_vanilla_transformer.inference.evaluation import EvaluateOptions, evaluate
 
 FOLDER = Path(BUNDLED_MODEL)
 MAX_BYTES = 6 * 1024 * 1024
