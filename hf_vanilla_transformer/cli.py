@@ -37,7 +37,7 @@ from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
 from .errors import Terminated, close_matches, flag_wording, sigterm_raises_terminated
-from .files import RESULTS_FILE, exclusive_lock, existing_file, no_space_message, writable_file
+from .files import exclusive_lock, existing_file, no_space_message, writable_file
 from .hub import PushOptions, push
 from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
 from .inference.cpu_inference import keep_freed_memory
@@ -123,23 +123,25 @@ def _add_option(
     parser.add_argument(flag_of(item), *meta["flags"], **arguments)
 
 
+def _add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per option field of `cls` (a command's options class), its default the field's."""
+    for item in options_of(cls):
+        default = None if item.default is dataclasses.MISSING else item.default
+        _add_option(parser, item, default)
+
+
 def _add_trust_remote_code(parser: argparse.ArgumentParser) -> None:
-    """`--trust-remote-code`, of the commands that load any model folder: without it, code shipped in a folder (a
-    config.json auto_map of another model type) never runs."""
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="load a folder of another model type whose config.json points to code in the folder (auto_map), running "
-        "that code; only for folders you trust. Never needed for this package's folders",
-    )
+    """`--trust-remote-code`, of the commands that load any model folder (loading.trust_remote_code_option)."""
+    from .inference.evaluation import EvaluateOptions
+
+    _add_option(parser, next(item for item in options_of(EvaluateOptions) if item.name == "trust_remote_code"), False)
 
 
 def _add_max_input_tokens(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-input-tokens",
-        type=_positive_int,
-        help="cut longer sources to this many tokens (with one warning counting them); default: the tokenizer's limit",
-    )
+    """`--max-input-tokens`, of the commands that decode (loading.max_input_tokens_option)."""
+    from .inference.evaluation import EvaluateOptions
+
+    _add_option(parser, next(item for item in options_of(EvaluateOptions) if item.name == "max_input_tokens"))
 
 
 def _command_options(cls: type[T], args: argparse.Namespace, **own: Any) -> T:
@@ -386,32 +388,15 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _add_evaluate_parser(subparsers: Any) -> None:
+    from .inference.evaluation import EvaluateOptions
+
     parser = subparsers.add_parser(
         "evaluate",
         help="score a model folder on a test set (sacreBLEU, lowercased BLEU, chrF)",
         description="Translate a test set with the model's own decoding (§6.1 by default) and score it.",
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
-    parser.add_argument(
-        "--src-lang", help=f"Multi30k source language (default: the model's, from {RESULTS_FILE}, or en)"
-    )
-    parser.add_argument("--tgt-lang", help="Multi30k target language (default: the model's, or de)")
-    parser.add_argument("--split", default="test", choices=("test", "validation"), help="Multi30k split")
-    parser.add_argument("--src", help="a source file instead of Multi30k (one sentence per line)")
-    parser.add_argument("--ref", help="its reference file")
-    parser.add_argument("--batch-size", type=_positive_int, default=64)
-    parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
-    parser.add_argument(
-        "--length-penalty", type=_finite_float, help="override the model's length penalty α (its kind stays)"
-    )
-    parser.add_argument("--output", help="write the scores and hypotheses to this JSON file")
-    parser.add_argument("--max-sentences", type=_positive_int, help="score only the first N sentences")
-    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
-    parser.add_argument("--bf16-weights", action="store_true", help="decode with the weights cast to bf16")
-    _add_max_input_tokens(parser)
-    _add_trust_remote_code(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_options(parser, EvaluateOptions)
     parser.set_defaults(func=run_evaluate)
 
 
@@ -421,7 +406,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
 
-    results = evaluate(_command_options(EvaluateOptions, args, progress=not args.no_progress))
+    results = evaluate(_command_options(EvaluateOptions, args))
     print(
         f"BLEU {results['bleu']:.2f} ({results['bleu_signature']})\n"
         f"lowercased BLEU {results['bleu_lowercase']:.2f}\nchrF {results['chrf']:.2f}\n"

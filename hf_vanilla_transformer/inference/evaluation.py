@@ -27,9 +27,17 @@ import sacrebleu
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import OptionError, check_decoding
-from ..files import existing_file, writable_file
+from ..files import RESULTS_FILE, existing_file, writable_file
+from ..option_fields import finite_float, option, positive_int
 from .decoding import best_translations
-from .loading import load_model, load_tokenizer, model_folder, trained_languages
+from .loading import (
+    load_model,
+    load_tokenizer,
+    max_input_tokens_option,
+    model_folder,
+    trained_languages,
+    trust_remote_code_option,
+)
 
 
 def _json_ready(value: Any) -> Any:
@@ -135,21 +143,28 @@ class EvaluateOptions:
     scores and hypotheses as JSON."""
 
     model_dir: str | os.PathLike
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    split: str = "test"
-    src: str | os.PathLike | None = None
-    ref: str | os.PathLike | None = None
-    batch_size: int = 64
-    num_beams: int | None = None
-    length_penalty: float | None = None  # α, with the model's kind of penalty (§6.1: GNMT, 0.6)
-    output: str | os.PathLike | None = None
-    progress: bool = True
-    max_input_tokens: int | None = None
-    trust_remote_code: bool = False
-    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
-    bf16_weights: bool = False  # the weights cast to bf16 (as translate's `bf16_weights`)
-    max_sentences: int | None = None
+    src_lang: str | None = option(
+        None, help=f"Multi30k source language (default: the model's, from {RESULTS_FILE}, or en)"
+    )
+    tgt_lang: str | None = option(None, help="Multi30k target language (default: the model's, or de)")
+    split: str = option("test", help="Multi30k split", choices=("test", "validation"))
+    src: str | os.PathLike | None = option(None, help="a source file instead of Multi30k (one sentence per line)")
+    ref: str | os.PathLike | None = option(None, help="its reference file")
+    batch_size: int = option(64, help="sentences per batch", parse=positive_int)
+    num_beams: int | None = option(None, help="override the model's beam size", parse=positive_int)
+    # α, with the model's kind of penalty (§6.1: GNMT, 0.6)
+    length_penalty: float | None = option(
+        None, help="override the model's length penalty α (its kind stays)", parse=finite_float
+    )
+    output: str | os.PathLike | None = option(None, help="write the scores and hypotheses to this JSON file")
+    max_sentences: int | None = option(None, help="score only the first N sentences", parse=positive_int)
+    # int8 linear layers on the CPU (quantization.quantize_int8)
+    int8: bool = option(False, help="int8 linear layers on the CPU (faster; docs/model.md)")
+    # the weights cast to bf16 (as translate's `bf16_weights`)
+    bf16_weights: bool = option(False, help="decode with the weights cast to bf16")
+    max_input_tokens: int | None = max_input_tokens_option()
+    trust_remote_code: bool = trust_remote_code_option()
+    progress: bool = option(True, help="no progress bar", negated="--no-progress")
 
 
 def evaluate(options: EvaluateOptions) -> dict[str, Any]:

@@ -17,11 +17,31 @@ from ..errors import DECODING_RANGES, OptionError
 from ..files import RESULTS_FILE, TARGET_TOKENIZER, TOKENIZER_FILES
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model.generation_vanilla_transformer import LENGTH_PENALTY_TYPES
+from ..option_fields import option, positive_int
 from .cpu_inference import prepare_for_cpu_inference
 from .quantization import int8_engine, quantize_int8
 
 # Where a model decodes: "auto" is the GPU when torch sees one, else the CPU.
 DEVICES = ("auto", "cpu", "cuda")
+
+
+def trust_remote_code_option() -> Any:
+    """The `trust_remote_code` option of the commands that load any model folder: without it, code shipped in a
+    folder (a config.json auto_map of another model type) never runs."""
+    return option(
+        False,
+        help="load a folder of another model type whose config.json points to code in the folder (auto_map), running "
+        "that code; only for folders you trust. Never needed for this package's folders",
+    )
+
+
+def max_input_tokens_option() -> Any:
+    """The `max_input_tokens` option of the commands that decode: None, the tokenizer's limit."""
+    return option(
+        None,
+        help="cut longer sources to this many tokens (with one warning counting them); default: the tokenizer's limit",
+        parse=positive_int,
+    )
 
 
 def model_folder(
