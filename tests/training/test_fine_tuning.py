@@ -90,7 +90,7 @@ def test_fine_tuning_on_another_slice_lowers_its_dev_loss(tmp_path, monkeypatch)
     assert tuned.summary["init_from"] == start.model_dir.name and tuned.summary["preset"] is None
     # A resume must start from the same folder (run_settings.json records it).
     shutil.copytree(start.model_dir, tmp_path / "copy")
-    with pytest.raises(OptionError, match=r"other settings .*--init-from .*copy .* now, .*start/model"):
+    with pytest.raises(OptionError, match=r"other settings .*`init_from` .*copy .* now, .*start/model"):
         train(options(second, tmp_path / "tuned", 31, init_from=tmp_path / "copy", resume=True))
 
 
