@@ -10,8 +10,10 @@ train` with no options is the main job (recipes.MULTI30K): Multi30k EN→DE, a j
 (§6.1), test_2016 BLEU with the paper's decoding and example translations printed, and a Hub-ready model folder
 (`outputs/multi30k-en-de/model`) that `pipeline("translation", model=...)` loads and `push` uploads.
 
-A command's library modules are imported when the command runs (or builds its options' help): they import the
-optional extras (`datasets`, `sacrebleu`), which the other commands and `--help` of the others do not need.
+Each command's flags are made from the option fields of its options class (option_fields.option), imported when the
+parser is built; those modules import no optional extra (`datasets`, `sacrebleu`, `matplotlib`, FastAPI), which the
+commands import as they run: without them every `--help` and `translate` work, and a command that needs one names
+its extra (tests/cli/test_core_install.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,35 +41,19 @@ from transformers.utils import logging as transformers_logging
 from .errors import Terminated, close_matches, flag_wording, sigterm_raises_terminated
 from .files import exclusive_lock, existing_file, no_space_message, writable_file
 from .hub import PushOptions, push
-from .inference.attention_maps import ATTENTION_DIR, AttentionOptions, plot_attention_maps
+from .inference.attention_maps import AttentionOptions, plot_attention_maps
 from .inference.cpu_inference import keep_freed_memory
-from .inference.loading import DEVICES, model_folder
+from .inference.loading import model_folder
 from .option_fields import (
-    finite_float,
     flag_of,
-    milliseconds,
-    non_negative_int,
     options_of,
-    positive_float,
-    positive_int,
     read,
-    top_p,
 )
 from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 
 T = TypeVar("T")
 PROG = "hf-vanilla-transformer"
 PACKAGE_LOGGER = "hf_vanilla_transformer"
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows an option's default where it has one: an option without one (None: the recipe's, the folder's, or
-    none) says so in its own help instead of "(default: None)"."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None:
-            return action.help
-        return super()._get_help_string(action)
 
 
 class CommandLineError(ValueError):
@@ -87,11 +73,6 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-_positive_int = _argparse_type(positive_int)
-_positive_float = _argparse_type(positive_float)
-_finite_float = _argparse_type(finite_float)
-
-
 def _duration_text(seconds: float) -> str:
     """A duration as the command line writes it: 14m, 1h, 1h30m, 90s."""
     hours, rest = divmod(round(seconds), 3600)
@@ -103,7 +84,8 @@ def _add_option(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup, item: dataclasses.Field[Any], default: Any = None
 ) -> None:
     """The flag of an option field (option_fields.option), its destination the field's name; `default` is shown in
-    its help (a duration as 14m) where it is not None, and is the flag's argparse default."""
+    its help (a duration as 14m) where it is not None, and is the flag's argparse default. A field without a
+    default is a required flag."""
     from .training.options import parse_duration
 
     meta = item.metadata
@@ -111,6 +93,8 @@ def _add_option(
     if default is not None and not isinstance(default, bool):
         words += f" (default: {_duration_text(default) if meta['parse'] is parse_duration else default})"
     arguments: dict[str, Any] = {"dest": item.name, "default": default, "help": words.replace("%", "%%")}
+    if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+        arguments["required"] = True
     if meta["negated"] is not None:
         arguments["action"] = "store_false"
     elif item.type in ("bool", bool):
@@ -118,30 +102,30 @@ def _add_option(
     else:
         parse = meta["parse"]
         arguments.update(type=parse and _argparse_type(parse), choices=meta["choices"], metavar=meta["metavar"])
+        if meta["nargs"] is not None:
+            arguments["nargs"] = meta["nargs"]
         if meta["const"] is not None:  # the flag alone means `const`
             arguments.update(nargs="?", const=meta["const"])
     parser.add_argument(flag_of(item), *meta["flags"], **arguments)
 
 
-def _add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One flag per option field of `cls` (a command's options class), its default the field's."""
+def _add_options(
+    parser: argparse.ArgumentParser, cls: type, defaults: object = None, groups: Sequence[str] = ()
+) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per option field of `cls` (a command's options class), under its group (`groups` first, in their
+    order; the others as they come); its default `defaults`' attribute of the field's name (a recipe), else the
+    field's. Returns the groups, by title, for the command's own flags."""
+    made = {title: parser.add_argument_group(title) for title in groups}
     for item in options_of(cls):
-        default = None if item.default is dataclasses.MISSING else item.default
-        _add_option(parser, item, default)
-
-
-def _add_trust_remote_code(parser: argparse.ArgumentParser) -> None:
-    """`--trust-remote-code`, of the commands that load any model folder (loading.trust_remote_code_option)."""
-    from .inference.evaluation import EvaluateOptions
-
-    _add_option(parser, next(item for item in options_of(EvaluateOptions) if item.name == "trust_remote_code"), False)
-
-
-def _add_max_input_tokens(parser: argparse.ArgumentParser) -> None:
-    """`--max-input-tokens`, of the commands that decode (loading.max_input_tokens_option)."""
-    from .inference.evaluation import EvaluateOptions
-
-    _add_option(parser, next(item for item in options_of(EvaluateOptions) if item.name == "max_input_tokens"))
+        title = item.metadata["group"]
+        if title is not None and title not in made:
+            made[title] = parser.add_argument_group(title)
+        if defaults is not None:
+            default = getattr(defaults, item.name)
+        else:
+            default = None if item.default is dataclasses.MISSING else item.default
+        _add_option(parser if title is None else made[title], item, default)
+    return made
 
 
 def _command_options(cls: type[T], args: argparse.Namespace, **own: Any) -> T:
@@ -258,9 +242,7 @@ def _add_train_parser(subparsers: Any, recipe: Recipe) -> None:
         help="a YAML (.yaml/.yml) or JSON file of options (their names with underscores: lr, warmup_steps, "
         "max_time, ...; `recipe`) and Trainer arguments (optim, max_grad_norm, ...); the command line overrides it",
     )
-    groups = {title: parser.add_argument_group(title) for title in GROUPS}
-    for item in options_of(TrainOptions):
-        _add_option(groups[item.metadata["group"]], item, getattr(recipe, item.name))
+    _add_options(parser, TrainOptions, recipe, GROUPS)
     parser.set_defaults(func=run_train, train_parser=parser)
 
 
@@ -418,68 +400,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- translate
 
 
-def _add_decoding_modes(modes: argparse._ArgumentGroup) -> None:
-    """The decoding modes of `translate`: several outputs, scores, sampling, prefixes, alignments."""
-    modes.add_argument(
-        "--num-return-sequences",
-        type=_positive_int,
-        metavar="N",
-        help="print N outputs of each line, tab-separated on its line (best first for beam search, in drawing order "
-        "for --sampling); beam search needs --num-beams >= N",
-    )
-    modes.add_argument(
-        "--scores", action="store_true", help="print each output's score (log-probability / length penalty) after it"
-    )
-    modes.add_argument(
-        "--sampling",
-        action="store_true",
-        help="sample each token from the model's distribution (back-translation), with 1 beam unless --num-beams",
-    )
-    modes.add_argument(
-        "--top-k",
-        type=_argparse_type(non_negative_int),
-        metavar="K",
-        help="sample from the K likeliest tokens only (0: all)",
-    )
-    modes.add_argument(
-        "--top-p",
-        type=_argparse_type(top_p),
-        metavar="P",
-        help="sample from the likeliest tokens whose probabilities reach P (nucleus; 1: all)",
-    )
-    modes.add_argument(
-        "--temperature",
-        type=_positive_float,
-        metavar="T",
-        help="divide the logits by T before sampling (1: the model's own)",
-    )
-    modes.add_argument(
-        "--seed",
-        type=_argparse_type(non_negative_int),
-        metavar="S",
-        help="seed of the sampling: the same seed, lines and options, the same outputs",
-    )
-    modes.add_argument(
-        "--prefix",
-        dest="prefixes",
-        metavar="FILE",
-        help="force each output to start with line i of this UTF-8 file (.gz allowed) for input line i (an empty "
-        "line: no prefix)",
-    )
-    modes.add_argument(
-        "--prefix-column",
-        action="store_true",
-        help="each input line is `source<TAB>prefix` (no tab: no prefix); each output starts with its line's prefix",
-    )
-    modes.add_argument(
-        "--alignments",
-        action="store_true",
-        help="print each output's hard word alignment to its source after it, as Pharaoh `i-j` pairs (source word "
-        "i, output word j, 0-based; encoder-decoder attention of the last layer, heads averaged)",
-    )
-
-
 def _add_translate_parser(subparsers: Any) -> None:
+    """The `translate` options, one flag per TranslateOptions option (inference/translation.py), and the command's
+    own: the sentences, --input, --output and --prefix (a file of the prefixes)."""
+    from .inference.translation import MODES, TranslateOptions
+
     parser = subparsers.add_parser(
         "translate",
         help="translate sentences (arguments, or one per line on stdin or --input)",
@@ -487,7 +412,6 @@ def _add_translate_parser(subparsers: Any) -> None:
         "Lines from stdin or --input are translated in chunks of --batch-size lines, each chunk printed as soon as "
         "it is done (--batch-size 1 for a line-by-line pipe); one output line per input line, in order, a blank "
         "line for a blank line.",
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
@@ -502,37 +426,14 @@ def _add_translate_parser(subparsers: Any) -> None:
         help="write the translations to this file instead of stdout (flushed after each chunk: a run that stops "
         "leaves the lines done so far; one run at a time: a second run naming it is refused)",
     )
-    parser.add_argument("--batch-size", type=_positive_int, default=32, help="lines per chunk (one batch)")
-    parser.add_argument("--num-beams", type=_positive_int, help="override the model's beam size")
-    parser.add_argument(
-        "--length-penalty", type=float, help="override the model's length penalty alpha (its kind stays)"
+    modes = _add_options(parser, TranslateOptions)[MODES]
+    modes.add_argument(
+        "--prefix",
+        dest="prefixes",
+        metavar="FILE",
+        help="force each output to start with line i of this UTF-8 file (.gz allowed) for input line i (an empty "
+        "line: no prefix)",
     )
-    parser.add_argument(
-        "--max-new-tokens", type=_positive_int, help="cap every translation at this many tokens (EOS included)"
-    )
-    parser.add_argument(
-        "--n-best",
-        type=_positive_int,
-        metavar="N",
-        help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
-        "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
-    )
-    _add_decoding_modes(parser.add_argument_group("decoding modes (docs/translation.md)"))
-    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
-    parser.add_argument(
-        "--bf16",
-        action="store_true",
-        help="decode under bf16 autocast (fast on GPUs and CPUs with bf16 matrix units; CPUs without emulate it "
-        "slowly)",
-    )
-    parser.add_argument(
-        "--bf16-weights",
-        action="store_true",
-        help="decode with the weights cast to bf16 (no autocast): faster than --bf16 on CPUs with bf16 matrix units",
-    )
-    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
-    _add_max_input_tokens(parser)
-    _add_trust_remote_code(parser)
     parser.set_defaults(func=run_translate)
 
 
@@ -592,6 +493,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def _add_average_parser(subparsers: Any) -> None:
+    from .training.averaging import AverageOptions
+
     parser = subparsers.add_parser(
         "average",
         help="average checkpoints into one model folder (§6.1)",
@@ -599,15 +502,11 @@ def _add_average_parser(subparsers: Any) -> None:
             "Average the weights of checkpoints (float32 accumulation) into a Hub-ready model folder. Pass the "
             "checkpoint folders, or one folder of Trainer checkpoints with --last N."
         ),
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument(
         "checkpoints", nargs="+", help="checkpoint folders (or one folder of checkpoint-* with --last)"
     )
-    parser.add_argument("--last", type=_positive_int, help="average the last N checkpoint-* folders of one folder")
-    parser.add_argument(
-        "-o", "--output", required=True, help="the averaged model folder: new, empty, or one this package wrote"
-    )
+    _add_options(parser, AverageOptions)
     parser.set_defaults(func=run_average)
 
 
@@ -615,7 +514,7 @@ def run_average(args: argparse.Namespace) -> int:
     """The `average` subcommand."""
     from .training.averaging import AverageOptions, average
 
-    result = average(AverageOptions(args.checkpoints, args.output, args.last))
+    result = average(_command_options(AverageOptions, args))
     names = ", ".join(path.name for path in result.checkpoints)
     print(f"Averaged {len(result.checkpoints)} checkpoints ({names}) into {result.output}")
     return 0
@@ -637,13 +536,7 @@ def _add_push_parser(subparsers: Any) -> None:
     )
     parser.add_argument("model_dir", help="the model folder")
     parser.add_argument("repo_id", help="the Hub repository, e.g. your-name/multi30k-en-de")
-    parser.add_argument("--private", action="store_true", help="create the repository private")
-    parser.add_argument("--revision", help="upload to this branch (created from main if missing)")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace the content of a repository that holds other files (they are deleted in the same commit)",
-    )
+    _add_options(parser, PushOptions)
     parser.set_defaults(func=run_push)
 
 
@@ -658,23 +551,17 @@ def run_push(args: argparse.Namespace) -> int:
 
 
 def _add_curve_parser(subparsers: Any) -> None:
+    from .training.learning_curve import CurveOptions
+
     parser = subparsers.add_parser(
         "curve",
         help="plot validation BLEU of a run's snapshots against training minutes",
         description="Score the snapshots of `train --curve-every` (RUN_DIR/curve) on Multi30k validation with "
         "greedy decoding; write RUN_DIR/learning_curve.json and RUN_DIR/model/learning_curve.png (with the curves "
         "of --compare-curve FILE beside it, if given).",
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument("run_dir", help="the --output-dir of a `train --curve-every ...` run")
-    parser.add_argument("--src-lang", help="default: the run's (results.json) or en")
-    parser.add_argument("--tgt-lang", help="default: the run's or de")
-    parser.add_argument("--batch-size", type=_positive_int, default=64)
-    parser.add_argument("--limit", type=_positive_int, help="score only the first N validation sentences")
-    from .training.options import TrainOptions
-
-    _add_option(parser, next(item for item in options_of(TrainOptions) if item.name == "compare_curve"))
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_options(parser, CurveOptions)
     parser.set_defaults(func=run_curve)
 
 
@@ -682,7 +569,7 @@ def run_curve(args: argparse.Namespace) -> int:
     """The `curve` subcommand."""
     from .training.learning_curve import CurveOptions, learning_curve
 
-    result = learning_curve(_command_options(CurveOptions, args, progress=not args.no_progress))
+    result = learning_curve(_command_options(CurveOptions, args))
     print(f"Wrote {result.png}")
     return 0
 
@@ -698,14 +585,7 @@ def _add_attention_parser(subparsers: Any) -> None:
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
     parser.add_argument("sentence", help="the source sentence")
-    parser.add_argument("--target", help="a reference translation to teacher-force (default: the model's own)")
-    parser.add_argument(
-        "--out", default=ATTENTION_DIR, help=f"output folder: new, empty, or earlier plots (default: {ATTENTION_DIR})"
-    )
-    parser.add_argument("--layers", type=int, nargs="+", help="0-based layers to plot (default: all)")
-    parser.add_argument("--heads", type=int, nargs="+", help="0-based heads to plot (default: all)")
-    parser.add_argument("--dpi", type=int, default=120)
-    _add_trust_remote_code(parser)
+    _add_options(parser, AttentionOptions)
     parser.set_defaults(func=run_attention)
 
 
@@ -720,6 +600,8 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def _add_serve_parser(subparsers: Any) -> None:
+    from .serving.options import ServeOptions
+
     parser = subparsers.add_parser(
         "serve",
         help="serve a model folder over HTTP: a JSON API and a page with the attention (docs/serving.md)",
@@ -728,55 +610,19 @@ def _add_serve_parser(subparsers: Any) -> None:
         "to type sentences and see the translation and its cross-attention. Requests from concurrent clients are "
         "batched into one generate() call. SIGTERM or Ctrl-C: the requests in flight are answered, then exit 0. "
         "Needs the serve extra (pip install -e '.[serve]').",
-        formatter_class=_HelpFormatter,
     )
     parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
-    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8000, help="the port (0: a free one, which the log names)")
-    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU if any")
-    parser.add_argument("--bf16", action="store_true", help="decode under bf16 autocast (as translate --bf16)")
-    parser.add_argument("--bf16-weights", action="store_true", help="decode with the weights cast to bf16")
-    parser.add_argument("--int8", action="store_true", help="int8 linear layers on the CPU (faster; docs/model.md)")
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=_positive_int,
-        default=2048,
-        help="source tokens per generate() call, padding included (sentences x the longest)",
-    )
-    parser.add_argument(
-        "--max-wait-ms",
-        type=_argparse_type(milliseconds),
-        default=5.0,
-        help="how long a sentence waits for others to batch with (while the model is busy, they gather anyway)",
-    )
-    parser.add_argument(
-        "--max-queue", type=_positive_int, default=256, help="requests waiting or being translated; more get 503"
-    )
-    parser.add_argument("--max-sentences", type=_positive_int, default=64, help="sentences per request; more: 413")
-    parser.add_argument("--max-chars", type=_positive_int, default=1000, help="characters per sentence; more: 413")
-    parser.add_argument(
-        "--request-timeout",
-        type=_positive_float,
-        default=30.0,
-        help="seconds for a request's head to arrive (else the connection is closed) and as many for its body "
-        "(else 408)",
-    )
-    _add_max_input_tokens(parser)
-    parser.add_argument("--no-access-log", action="store_true", help="no log line per request")
-    _add_trust_remote_code(parser)
+    _add_options(parser, ServeOptions)
     parser.set_defaults(func=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """The `serve` subcommand: serves until SIGTERM or Ctrl-C, then exits 0 once the requests in flight are done."""
-    try:
-        from .serving import ServeOptions, serve
-    except ImportError as error:  # the `serve` extra is not installed
-        raise CommandLineError(str(error)) from None
+    from .serving import ServeOptions, serve  # an ImportError without the `serve` extra (main words it)
 
     transformers_logging.disable_progress_bar()
     keep_freed_memory()  # this process decodes: no fresh mapping per step's scores
-    serve(_command_options(ServeOptions, args, access_log=not args.no_access_log))
+    serve(_command_options(ServeOptions, args))
     return 0
 
 
@@ -823,6 +669,28 @@ _OUTPUT = {
     "curve": ("run_dir", "run_dir"),
     "attention": ("out", "--out"),
 }
+
+
+# The extra (pyproject.toml) that brings each module a command may need beyond the core install; `train` and `curve`
+# need the `train` extra, which holds all of `eval`.
+_EXTRA_OF_MODULE = {
+    "datasets": "eval",
+    "sacrebleu": "eval",
+    "matplotlib": "eval",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+}
+
+
+def _missing_extra(command: str, error: ImportError) -> str | None:
+    """The one-line error for a module of an extra that is not installed (`error`, or the error it was raised from,
+    names it); None for any other import error."""
+    name = error.name or getattr(error.__cause__, "name", None) or ""
+    extra = _EXTRA_OF_MODULE.get(name.split(".")[0])
+    if extra is None:
+        return None
+    extra = "train" if command in ("train", "curve") else extra
+    return f"`{command}` needs {name}: pip install 'hf_vanilla_transformer[{extra}]'."
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:
@@ -903,6 +771,11 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a writer that SIGPIPE ended
     except CommandLineError as error:
         parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    except ImportError as error:  # an optional extra the command needs is not installed
+        message = _missing_extra(args.command, error)
+        if message is None:
+            raise
+        parser.exit(2, f"{parser.prog} {args.command}: error: {message}\n")
     except (ValueError, FileNotFoundError) as error:  # OptionError (a ValueError) and the libraries' own checks
         parser.exit(2, f"{parser.prog} {args.command}: error: {_flag_wording(str(error), flags)}\n")
     except Exception as error:  # a full disk: one line naming where it was writing; any other error as it is

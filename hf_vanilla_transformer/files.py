@@ -28,6 +28,9 @@ from .errors import OptionError
 MODEL_DIR = "model"
 # The results of the run that wrote a model folder (`train`): scores, languages, the model card's inputs.
 RESULTS_FILE = "results.json"
+# What marks a finished learning-curve snapshot of `train --curve-every` (RUN/curve/step-N; written by trainer.py,
+# read by learning_curve.py).
+SNAPSHOT_FILE = "snapshot.json"
 # Every tokenizer file a model folder may hold: what tokenizers' save_pretrained writes (fast and slow, BPE and
 # SentencePiece) and what the converters copy as they are (Marian's source.spm / target.spm / target_vocab.json).
 TOKENIZER_FILES = (

@@ -31,6 +31,7 @@ from .errors import OptionError
 from .files import MODEL_DIR, MODEL_FILES, RESULTS_FILE, TARGET_TOKENIZER, TOKENIZER_FILES
 from .inference.attention_maps import ATTENTION_DIR
 from .inference.loading import model_folder
+from .option_fields import option
 
 # What a Hub repository of this model holds besides its code files (`code_files`); patterns match paths relative to
 # the folder, one level per "/". No pickle (pytorch_model.bin) and no top-level *.py: only the code config.json
@@ -179,9 +180,12 @@ class PushOptions:
 
     model_dir: str | os.PathLike
     repo_id: str
-    private: bool = False
-    revision: str | None = None
-    force: bool = False
+    private: bool = option(False, help="create the repository private")
+    revision: str | None = option(None, help="upload to this branch (created from main if missing)")
+    force: bool = option(
+        False,
+        help="replace the content of a repository that holds other files (they are deleted in the same commit)",
+    )
 
 
 @dataclass(frozen=True)

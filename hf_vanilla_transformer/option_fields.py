@@ -21,16 +21,18 @@ def option(
     choices: Collection[str] | None = None,
     flags: Sequence[str] = (),
     metavar: str | None = None,
+    nargs: str | None = None,
     const: str | None = None,
     negated: str | None = None,
     **roles: Any,
 ) -> Any:
     """A dataclass field that is an option: `help` (one phrase; what None means where None is allowed), the
-    command-line `group` it is listed under, `parse` (text to value; None: the text as it is), `choices`, more
-    `flags` beside --NAME-WITH-DASHES, a `metavar`, a `const` for a flag that may come without a value (`--bf16` =
-    `--bf16 yes`), and `negated`, the flag of a bool field that is True by default (`--no-eval` sets `evaluate`
-    False). `roles` are what else the field takes part in, read by the modules that use them (training/options.py:
-    `setting`, `card`, `trainer`, ...)."""
+    command-line `group` it is listed under, `parse` (text to value, of each value of a list; None: the text as it
+    is), `choices`, more `flags` beside --NAME-WITH-DASHES, a `metavar`, `nargs` for a list ("+": one value or
+    more), a `const` for a flag that may come without a value (`--bf16` = `--bf16 yes`), and `negated`, the flag of
+    a bool field that is True by default (`--no-eval` sets `evaluate` False). A field without a default is a
+    required flag. `roles` are what else the field takes part in, read by the modules that use them
+    (training/options.py: `setting`, `card`, `trainer`, ...)."""
     metadata = {
         "help": help,
         "group": group,
@@ -38,6 +40,7 @@ def option(
         "choices": choices,
         "flags": tuple(flags),
         "metavar": metavar,
+        "nargs": nargs,
         "const": const,
         "negated": negated,
         **roles,

@@ -7,6 +7,9 @@ for evaluation (both import this module; neither imports the other for it):
 - `load_multi30k(src_lang, tgt_lang)`: Multi30k task 1 (bundled in `data/multi30k/`, see its README for provenance
   and citation), any two of en / de / fr, either direction; splits `train` (29,000 pairs), `validation` (1,014) and
   `test` (test_2016_flickr, 1,000).
+
+`datasets` (the `train` and `eval` extras) is imported by the functions that make `datasets` objects: reading lines
+(`translate`) needs none of it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,10 @@ import zlib
 from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from datasets import Dataset, DatasetDict
-from datasets.exceptions import DatasetGenerationError
-from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
 
 MULTI30K_DIR = Path(__file__).parent / "data" / "multi30k"
 MULTI30K_LANGUAGES = ("en", "de", "fr")
@@ -171,6 +173,8 @@ def _parallel_lines(source_path: str, target_path: str) -> Iterator[dict[str, st
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
     """No `datasets` progress bars (they would add lines to the CLI's one-line errors); restores the setting."""
+    from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
     if are_progress_bars_disabled():
         yield
         return
@@ -190,6 +194,9 @@ def load_parallel_files(
 
     Raises a ValueError naming the file for an empty file, line counts that differ (both counts and the first line
     past the shorter file), bytes that are not UTF-8 (and the line) and a damaged .gz."""
+    from datasets import Dataset
+    from datasets.exceptions import DatasetGenerationError
+
     paths = [Path(source_path).resolve(), Path(target_path).resolve()]
     for path in paths:
         if not path.is_file():
@@ -231,6 +238,8 @@ def load_multi30k(
     unknown = [split for split in splits if split not in MULTI30K_SPLITS]
     if unknown:
         raise ValueError(f"`splits` must be drawn from {', '.join(MULTI30K_SPLITS)}, got {unknown}.")
+    from datasets import DatasetDict
+
     return DatasetDict(
         {
             split: load_parallel_files(

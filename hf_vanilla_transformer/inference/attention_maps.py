@@ -20,7 +20,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..files import ATTENTION_LAYOUT, check_output_folder, refuse_inputs, write_manifest
-from .loading import load_tokenizer, model_folder
+from ..option_fields import option, positive_int
+from .loading import load_tokenizer, model_folder, trust_remote_code_option
 
 # The attention maps' folder inside a model folder written by `train` (the model card shows them).
 ATTENTION_DIR = "attention"
@@ -181,12 +182,12 @@ class AttentionOptions:
 
     model_dir: str | os.PathLike
     sentence: str
-    target: str | None = None
-    out: str | os.PathLike = ATTENTION_DIR
-    layers: list[int] | None = None
-    heads: list[int] | None = None
-    dpi: int = 120
-    trust_remote_code: bool = False
+    target: str | None = option(None, help="a reference translation to teacher-force (default: the model's own)")
+    out: str | os.PathLike = option(ATTENTION_DIR, help="output folder: new, empty, or earlier plots")
+    layers: list[int] | None = option(None, help="0-based layers to plot (default: all)", parse=int, nargs="+")
+    heads: list[int] | None = option(None, help="0-based heads to plot (default: all)", parse=int, nargs="+")
+    dpi: int = option(120, help="the images' resolution, dots per inch", parse=positive_int)
+    trust_remote_code: bool = trust_remote_code_option()
 
 
 def plot_attention_maps(options: AttentionOptions) -> list[Path]:

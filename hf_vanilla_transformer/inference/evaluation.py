@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sacrebleu
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import OptionError, check_decoding
@@ -31,6 +30,8 @@ from ..files import RESULTS_FILE, existing_file, writable_file
 from ..option_fields import finite_float, option, positive_int
 from .decoding import best_translations
 from .loading import (
+    bf16_weights_option,
+    int8_option,
     load_model,
     load_tokenizer,
     max_input_tokens_option,
@@ -53,6 +54,8 @@ def _json_ready(value: Any) -> Any:
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
     """sacreBLEU BLEU (cased, 13a), lowercased BLEU (13a) and chrF of detokenized text; see the module docstring."""
+    import sacrebleu  # the `eval` extra: the options above build the command line without it
+
     if len(hypotheses) != len(references):
         raise ValueError(
             f"Got {len(hypotheses)} hypotheses but {len(references)} references; pass one reference per source."
@@ -158,10 +161,8 @@ class EvaluateOptions:
     )
     output: str | os.PathLike | None = option(None, help="write the scores and hypotheses to this JSON file")
     max_sentences: int | None = option(None, help="score only the first N sentences", parse=positive_int)
-    # int8 linear layers on the CPU (quantization.quantize_int8)
-    int8: bool = option(False, help="int8 linear layers on the CPU (faster; docs/model.md)")
-    # the weights cast to bf16 (as translate's `bf16_weights`)
-    bf16_weights: bool = option(False, help="decode with the weights cast to bf16")
+    int8: bool = int8_option()
+    bf16_weights: bool = bf16_weights_option()
     max_input_tokens: int | None = max_input_tokens_option()
     trust_remote_code: bool = trust_remote_code_option()
     progress: bool = option(True, help="no progress bar", negated="--no-progress")

@@ -44,6 +44,34 @@ def max_input_tokens_option() -> Any:
     )
 
 
+def device_option() -> Any:
+    """The `device` option of the commands that decode on a device they pick (one of DEVICES)."""
+    return option("auto", help="auto: a GPU if any", choices=DEVICES)
+
+
+def bf16_option() -> Any:
+    """The `bf16` option of the commands that decode: bf16 autocast."""
+    return option(
+        False,
+        help="decode under bf16 autocast (fast on GPUs and CPUs with bf16 matrix units; CPUs without emulate it "
+        "slowly)",
+    )
+
+
+def bf16_weights_option() -> Any:
+    """The `bf16_weights` option of the commands that decode: the weights cast to bf16 (`load_model`)."""
+    return option(
+        False,
+        help="decode with the weights cast to bf16 (no autocast): faster than bf16 autocast on CPUs with bf16 matrix "
+        "units",
+    )
+
+
+def int8_option() -> Any:
+    """The `int8` option of the commands that decode: int8 linear layers on the CPU (quantization.quantize_int8)."""
+    return option(False, help="int8 linear layers on the CPU (faster; docs/model.md)")
+
+
 def model_folder(
     path: str | os.PathLike,
     trust_remote_code: bool | None = False,

@@ -23,65 +23,118 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from transformers.utils import logging
 
 from ..errors import OptionError, check_decoding
+from ..option_fields import non_negative_int, option, positive_float, positive_int
+from ..option_fields import top_p as top_p_value
 from .attention_maps import eager_attention
 from .decoding import sequence_scores, source_token_counts, translate_n_best
-from .loading import check_precisions, load_model, load_tokenizer, model_folder
+from .loading import (
+    bf16_option,
+    bf16_weights_option,
+    check_precisions,
+    device_option,
+    int8_option,
+    load_model,
+    load_tokenizer,
+    max_input_tokens_option,
+    model_folder,
+    trust_remote_code_option,
+)
 
 logger = logging.get_logger(__name__)
+
+
+# The command line's group of the decoding modes (docs/translation.md, "Decoding modes").
+MODES = "decoding modes (docs/translation.md)"
 
 
 @dataclass(frozen=True)
 class TranslateOptions:
     """Translate `sentences` (or the lines given to `translate_stream`) with the model in `model_dir` and its own
     decoding (§6.1: beam 4, GNMT length penalty α = 0.6, at most source length + 50 tokens), changed by the options
-    that are not None: `num_beams`, `length_penalty` (α, with the model's kind of penalty), `max_new_tokens` (a cap
-    on every output, EOS included, beside the paper's per-source limit).
+    that are not None; `translate_stream` yields a chunk of `batch_size` lines once it is decoded.
 
-    `batch_size`: lines per chunk; `translate_stream` yields a chunk's translations once it is decoded.
-    `n_best`: None gives the best translation of each line; N gives the N best, each with its score
-    (`Translation`); more than one needs at least N beams. `device`: one of loading.DEVICES. `bf16`: decode under bf16
-    autocast (fast on GPUs and on CPUs with bf16 matrix units; CPUs without them emulate bf16 much slower than
-    float32). `bf16_weights`: decode with the weights cast to bf16 (no autocast, every op in bf16): faster than
-    autocast on a CPU with bf16 matrix units (docs/runs/decoding.md, the decoding table), at the same BLEU there.
-
-    Decoding modes (docs/translation.md, "Decoding modes"):
-    - `num_return_sequences`: N outputs per line (`n_best` is N with `scores`; pass one of the two); beam search
-      needs at least N beams, sampling with one beam draws N independent samples.
-    - `scores`: each output with its score, log P(Y | X) / lp(|Y|) (`Translation`).
-    - `sampling`: draw each output token from the model's distribution (transformers' `do_sample`) with one beam
-      unless `num_beams` is given; `top_k` (0, the default: no cut), `top_p` (in (0, 1]; default 1: no cut) and
-      `temperature` (> 0; default 1) shape that distribution. `seed`: the k-th `generate()` call of a run (0, 1, ...)
-      samples from `torch.manual_seed(seed + k)`, without changing the caller's random state; the same lines, options
-      and `batch_size` give the same outputs.
-    - `prefixes`: a forced target prefix for each of `sentences` ("" for none); `prefix_column`: each line is
-      `source<TAB>prefix` instead (no tab: no prefix). Every output of a line starts with its prefix; the length
-      limits (source + 50, `max_new_tokens`) count the tokens after it.
-    - `alignments`: each output with its hard word alignment (`Translation.alignment`).
-    """
+    Decoding modes (docs/translation.md, "Decoding modes"): `n_best` is `num_return_sequences` N with `scores`
+    (pass one of the two); a score is log P(Y | X) / lp(|Y|) (`Translation`). `sampling` is transformers'
+    `do_sample`; `seed`: the k-th `generate()` call of a run (0, 1, ...) samples from `torch.manual_seed(seed + k)`,
+    without changing the caller's random state. `prefixes`: a forced target prefix for each of `sentences` ("" for
+    none; the command line reads them from a file); the length limits (source + 50, `max_new_tokens`) count the
+    tokens after it."""
 
     model_dir: str | os.PathLike
     sentences: Sequence[str] = ()
-    batch_size: int = 32
-    num_beams: int | None = None
-    max_input_tokens: int | None = None
-    trust_remote_code: bool = False
-    length_penalty: float | None = None
-    max_new_tokens: int | None = None
-    n_best: int | None = None
-    device: str = "auto"
-    bf16: bool = False
-    bf16_weights: bool = False
-    int8: bool = False  # int8 linear layers on the CPU (quantization.quantize_int8)
-    num_return_sequences: int | None = None
-    scores: bool = False
-    sampling: bool = False
-    top_k: int | None = None
-    top_p: float | None = None
-    temperature: float | None = None
-    seed: int | None = None
+    batch_size: int = option(32, help="lines per chunk (one batch)", parse=positive_int)
+    num_beams: int | None = option(None, help="override the model's beam size", parse=positive_int)
+    length_penalty: float | None = option(
+        None, help="override the model's length penalty alpha (its kind stays)", parse=float
+    )  # any float: check_decoding words a value out of range in one line
+    max_new_tokens: int | None = option(
+        None, help="cap every translation at this many tokens (EOS included)", parse=positive_int
+    )
+    n_best: int | None = option(
+        None,
+        help="print the N best translations of each line, best first, as `translation<TAB>score` pairs joined by "
+        "tabs on the line (score: log-probability / length penalty); needs --num-beams >= N",
+        parse=positive_int,
+        metavar="N",
+    )
+    num_return_sequences: int | None = option(
+        None,
+        help="print N outputs of each line, tab-separated on its line (best first for beam search, in drawing order "
+        "for --sampling); beam search needs --num-beams >= N",
+        group=MODES,
+        parse=positive_int,
+        metavar="N",
+    )
+    scores: bool = option(
+        False, help="print each output's score (log-probability / length penalty) after it", group=MODES
+    )
+    sampling: bool = option(
+        False,
+        help="sample each token from the model's distribution (back-translation), with 1 beam unless --num-beams",
+        group=MODES,
+    )
+    top_k: int | None = option(
+        None, help="sample from the K likeliest tokens only (0: all)", group=MODES, parse=non_negative_int, metavar="K"
+    )
+    top_p: float | None = option(
+        None,
+        help="sample from the likeliest tokens whose probabilities reach P (nucleus; 1: all)",
+        group=MODES,
+        parse=top_p_value,
+        metavar="P",
+    )
+    temperature: float | None = option(
+        None,
+        help="divide the logits by T before sampling (1: the model's own)",
+        group=MODES,
+        parse=positive_float,
+        metavar="T",
+    )
+    seed: int | None = option(
+        None,
+        help="seed of the sampling: the same seed, lines and options, the same outputs",
+        group=MODES,
+        parse=non_negative_int,
+        metavar="S",
+    )
     prefixes: Sequence[str] = ()
-    prefix_column: bool = False
-    alignments: bool = False
+    prefix_column: bool = option(
+        False,
+        help="each input line is `source<TAB>prefix` (no tab: no prefix); each output starts with its line's prefix",
+        group=MODES,
+    )
+    alignments: bool = option(
+        False,
+        help="print each output's hard word alignment to its source after it, as Pharaoh `i-j` pairs (source word "
+        "i, output word j, 0-based; encoder-decoder attention of the last layer, heads averaged)",
+        group=MODES,
+    )
+    device: str = device_option()
+    bf16: bool = bf16_option()
+    bf16_weights: bool = bf16_weights_option()
+    int8: bool = int8_option()
+    max_input_tokens: int | None = max_input_tokens_option()
+    trust_remote_code: bool = trust_remote_code_option()
 
 
 class Translation(NamedTuple):

@@ -21,7 +21,6 @@ import asyncio
 import itertools
 import logging
 import math
-import os
 import re
 import signal
 import threading
@@ -44,6 +43,7 @@ from ..inference.translation import TranslateOptions, check_translate_options
 from .batching import DynamicBatcher, Item, QueueFullError, ShuttingDownError
 from .connections import RETRY_AFTER, BodyLimit, DrainingServer, ErrorResponse, ServerConfig
 from .engine import ServingModel
+from .options import ServeOptions
 
 logger = logging.getLogger(__name__)
 
@@ -51,36 +51,6 @@ PAGE = Path(__file__).with_name("page.html")
 # Work one request may ask for, whatever the server's flags: beams and samples per sentence, tokens per output.
 MAX_BEAMS = 16
 MAX_NEW_TOKENS = 1024
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Serve the model in `model_dir` on http://`host`:`port` (0: a free port, which the log names).
-
-    Loading as `translate`: `device`, `bf16` (autocast), `bf16_weights`, `int8`, `trust_remote_code`, and the CPU
-    speed step. Batching: one `generate()` decodes the waiting sentences of equal decoding options, at most
-    `max_batch_tokens` source tokens with padding (sentences × the longest); the first waits at most `max_wait_ms`
-    for others. Limits: `max_queue` requests waiting or being translated (more: 503), `max_sentences` per request
-    and `max_chars` per sentence (more: 413); `max_input_tokens`: the default cut of long sources (the tokenizer's
-    limit if None); `request_timeout`: seconds for a request's head to arrive (else the connection is closed) and
-    as many for its body (else 408). `access_log`: one log line per request."""
-
-    model_dir: str | os.PathLike
-    host: str = "127.0.0.1"
-    port: int = 8000
-    device: str = "auto"
-    bf16: bool = False
-    bf16_weights: bool = False
-    int8: bool = False
-    trust_remote_code: bool = False
-    max_batch_tokens: int = 2048
-    max_wait_ms: float = 5.0
-    max_queue: int = 256
-    max_sentences: int = 64
-    max_chars: int = 1000
-    max_input_tokens: int | None = None
-    request_timeout: float = 30.0
-    access_log: bool = True
 
 
 @dataclass(frozen=True)
@@ -605,7 +575,6 @@ def serve(options: ServeOptions) -> None:
 __all__ = [
     "AttentionRequest",
     "Limits",
-    "ServeOptions",
     "TranslateRequest",
     "create_app",
     "http_server",

@@ -33,6 +33,7 @@ from ..errors import OptionError
 from ..files import MODEL_LAYOUT, check_output_folder, replaced_folder, writable_folder
 from ..inference.loading import load_tokenizer, model_folder
 from ..model.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..option_fields import option, positive_int
 from .options import AVERAGE_MODES, parse_duration
 
 # config.json entries that differ between checkpoints of one run without changing the model.
@@ -344,8 +345,12 @@ class AverageOptions:
     in `checkpoints`, into the model folder `output` (§6.1)."""
 
     checkpoints: Sequence[str | os.PathLike]
-    output: str | os.PathLike
-    last: int | None = None
+    output: str | os.PathLike = option(
+        help="the averaged model folder: new, empty, or one this package wrote", flags=("-o",)
+    )
+    last: int | None = option(
+        None, help="average the last N checkpoint-* folders of one folder", parse=positive_int, metavar="N"
+    )
 
 
 @dataclass(frozen=True)

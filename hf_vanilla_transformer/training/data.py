@@ -49,15 +49,10 @@ from ..parallel_text import (
     read_lines,
 )
 from .mapped_pages import PageReleaser, corpus_files, release_mapped_pages
+from .options import DEFAULT_MAX_LENGTH, DEFAULT_TOKENIZER_SAMPLE
 
 logger = logging.getLogger(__name__)
 
-# Longest side kept for training, in tokens with </s>. Multi30k's longest sentence is far shorter (under 100 tokens
-# with the 8k BPE: 54), so the default drops nothing there; it guards memory on other corpora.
-DEFAULT_MAX_LENGTH = 256
-# Sentences a BPE is trained on by default: tokenizer training on this many stays under a minute on 2 cores, and
-# all of Multi30k (2 x 29,000 training sentences) fits, so its tokenizer is trained on the whole corpus.
-DEFAULT_TOKENIZER_SAMPLE = 1_000_000
 # Part of the names of the tokenized cache files: a change to what they hold must change it, so old caches are not
 # reused.
 _CACHE_VERSION = "1"

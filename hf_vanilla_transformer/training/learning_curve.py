@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import AutoModelForSeq2SeqLM
 
-from ..files import MODEL_DIR
+from ..files import MODEL_DIR, SNAPSHOT_FILE
 from ..inference.loading import load_tokenizer, model_folder, trained_languages
-from .data import load_multi30k
+from ..option_fields import option, positive_int
+from ..parallel_text import load_multi30k
 from .evaluation_budget import EvaluationClock, prefix_scorer, score_within
-from .trainer import SNAPSHOT_FILE
+from .options import compare_curve_option
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -224,12 +225,12 @@ class CurveOptions:
     and plot them, beside the curves of the `compare_curve` file if given."""
 
     run_dir: str | os.PathLike
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    batch_size: int = 64
-    limit: int | None = None
-    compare_curve: str | os.PathLike | None = None
-    progress: bool = True
+    src_lang: str | None = option(None, help="default: the run's (results.json) or en")
+    tgt_lang: str | None = option(None, help="default: the run's or de")
+    batch_size: int = option(64, help="sentences per batch", parse=positive_int)
+    limit: int | None = option(None, help="score only the first N validation sentences", parse=positive_int)
+    compare_curve: str | os.PathLike | None = compare_curve_option()
+    progress: bool = option(True, help="no progress bars", negated="--no-progress")
     # `train`'s evaluation budget: the snapshots scored while they fit before its deadline (None: all of them).
     clock: EvaluationClock | None = None
 

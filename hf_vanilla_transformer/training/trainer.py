@@ -56,6 +56,7 @@ from transformers import (
 )
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from ..files import SNAPSHOT_FILE
 from ..inference.cpu_inference import prepare_for_cpu_inference
 from ..model.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import checkpoint_infos
@@ -70,7 +71,6 @@ logger = logging.getLogger(__name__)
 
 # Data-loader worker processes on a CUDA device (VanillaSeq2SeqTrainingArguments._resolve_loader_defaults).
 LOADER_WORKERS_ON_CUDA = 2
-SNAPSHOT_FILE = "snapshot.json"
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:

@@ -90,7 +90,7 @@ def test_the_snapshots_are_scored_while_they_fit(tmp_path, monkeypatch) -> None:
     import hf_vanilla_transformer.training.evaluation_budget as budget
     from hf_vanilla_transformer.training import learning_curve as curve_module
     from hf_vanilla_transformer.training.learning_curve import CURVE_DIR, CurveOptions
-    from hf_vanilla_transformer.training.trainer import SNAPSHOT_FILE
+    from hf_vanilla_transformer.files import SNAPSHOT_FILE
 
     from ..conftest import tiny_model
 
