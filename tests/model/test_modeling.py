@@ -104,6 +104,25 @@ def test_a_loaded_model_is_plain_until_prepared(tmp_path) -> None:
         assert (tmp_path / "prepared" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
 
 
+def test_prepared_dropout_is_the_identity_in_eval_and_training_brings_back_nn_dropout() -> None:
+    """`prepare_for_cpu_inference` turns each `nn.Dropout` into an `InferenceDropout`: the same eval outputs, the
+    same state_dict; `model.train()` turns them back into plain `nn.Dropout`, which drops again."""
+    model = tiny_model(seed=1, dropout=0.3).eval()
+    batch = random_batch()
+    with torch.no_grad():
+        plain = model(**batch).logits
+        prepare_for_cpu_inference(model)
+        dropouts = [module for module in model.modules() if isinstance(module, torch.nn.Dropout)]
+        assert dropouts and {type(module) for module in dropouts} == {cpu_inference.InferenceDropout}
+        assert torch.equal(model(**batch).logits, plain)
+        model.train()
+        assert {type(module) for module in dropouts} == {torch.nn.Dropout}
+        assert not torch.equal(model(**batch).logits, plain)  # P_drop 0.3 drops again
+        hidden = torch.ones(10_000)
+        kept = dropouts[0](hidden).ne(0).float().mean().item()
+        assert abs(kept - 0.7) < 0.02
+
+
 def test_the_registered_translation_pipeline_prepares_a_cpu_model_in_eval_mode() -> None:
     """`pipeline("translation")` with this package imported prepares our model on the CPU, as `translate` does, and
     translates as the plain model; a model in training mode (the tiny model has no dropout) is left as it is."""

@@ -88,9 +88,9 @@ def test_the_snapshots_are_scored_while_they_fit(tmp_path, monkeypatch) -> None:
     (slow, untrained) one is scored, then the budget ends; the rest are named as skipped, and the curve that the card
     shows holds the snapshots scored."""
     import hf_vanilla_transformer.training.evaluation_budget as budget
+    from hf_vanilla_transformer.files import SNAPSHOT_FILE
     from hf_vanilla_transformer.training import learning_curve as curve_module
     from hf_vanilla_transformer.training.learning_curve import CURVE_DIR, CurveOptions
-    from hf_vanilla_transformer.files import SNAPSHOT_FILE
 
     from ..conftest import tiny_model
 
