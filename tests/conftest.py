@@ -14,10 +14,11 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 from conversion import marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cli import main
+from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 from hf_vanilla_transformer.training.data import tokenize_pairs
 from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
 
-from .train_script import reversal_pairs, write_corpus
+from .train_script import TEST_PRESET, reversal_pairs, write_corpus
 
 VOCAB = 61
 # The opening of a script run in a subprocess that must not import this package (what remote code is tested in):
@@ -149,6 +150,15 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         code = exit_.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    """`run` with the preset `transformer-test` (train_script.TEST_PRESET) registered, and stderr less blank lines
+    and progress bars (lines ending in "/s]", as `datasets`' "examples/s]")."""
+    monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
+    code, out, err = run(argv, capsys)
+    lines = err.replace("\r", "\n").splitlines()
+    return code, out, "\n".join(line for line in lines if line.strip() and not line.endswith("/s]"))
 
 
 def one_line_error(code: int, err: str, *parts: str) -> None:

@@ -23,7 +23,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from transformers.utils import logging
 
 from ..errors import OptionError, check_decoding
-from ..option_fields import non_negative_int, option, positive_float, positive_int
+from ..option_fields import non_negative_int, option, positive_float, positive_int, with_role
 from ..option_fields import top_p as top_p_value
 from .attention_maps import eager_attention
 from .decoding import sequence_scores, source_token_counts, translate_n_best
@@ -55,10 +55,10 @@ class TranslateOptions:
 
     Decoding modes (docs/translation.md, "Decoding modes"): `n_best` is `num_return_sequences` N with `scores`
     (pass one of the two); a score is log P(Y | X) / lp(|Y|) (`Translation`). `sampling` is transformers'
-    `do_sample`; `seed`: the k-th `generate()` call of a run (0, 1, ...) samples from `torch.manual_seed(seed + k)`,
-    without changing the caller's random state. `prefixes`: a forced target prefix for each of `sentences` ("" for
-    none; the command line reads them from a file); the length limits (source + 50, `max_new_tokens`) count the
-    tokens after it."""
+    `do_sample`, and the options of the role `sampling` (option_fields.option) apply to it alone; `seed`: the k-th
+    `generate()` call of a run (0, 1, ...) samples from `torch.manual_seed(seed + k)`, without changing the caller's
+    random state. `prefixes`: a forced target prefix for each of `sentences` ("" for none; the command line reads
+    them from a file); the length limits (source + 50, `max_new_tokens`) count the tokens after it."""
 
     model_dir: str | os.PathLike
     sentences: Sequence[str] = ()
@@ -94,7 +94,12 @@ class TranslateOptions:
         group=MODES,
     )
     top_k: int | None = option(
-        None, help="sample from the K likeliest tokens only (0: all)", group=MODES, parse=non_negative_int, metavar="K"
+        None,
+        help="sample from the K likeliest tokens only (0: all)",
+        group=MODES,
+        parse=non_negative_int,
+        metavar="K",
+        sampling=True,
     )
     top_p: float | None = option(
         None,
@@ -102,6 +107,7 @@ class TranslateOptions:
         group=MODES,
         parse=top_p_value,
         metavar="P",
+        sampling=True,
     )
     temperature: float | None = option(
         None,
@@ -109,6 +115,7 @@ class TranslateOptions:
         group=MODES,
         parse=positive_float,
         metavar="T",
+        sampling=True,
     )
     seed: int | None = option(
         None,
@@ -116,6 +123,7 @@ class TranslateOptions:
         group=MODES,
         parse=non_negative_int,
         metavar="S",
+        sampling=True,
     )
     prefixes: Sequence[str] = ()
     prefix_column: bool = option(
@@ -150,7 +158,8 @@ class Translation(NamedTuple):
     alignment: tuple[tuple[int, int], ...] | None = None
 
 
-_SAMPLING_FIELDS = ("top_k", "top_p", "temperature", "seed")
+# The options that shape sampling (`sampling=True` in their declaration).
+_SAMPLING_FIELDS = with_role(TranslateOptions, "sampling")
 # Characters that show nothing and are no white space to str.strip(): zero-width space, non-joiner and joiner, word
 # joiner, zero-width no-break space (BOM), soft hyphen. A line of these and white space is blank: decoded, it would
 # get an invented translation of nothing.

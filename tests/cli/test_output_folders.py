@@ -19,6 +19,7 @@ from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.files import MANIFEST, read_manifest
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
 
+from ..conftest import cli
 from ..train_script import TEST_PRESET, train_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,19 +65,6 @@ def assert_only_own_files(folder: Path) -> None:
     manifest = read_manifest(folder)
     assert manifest is not None, f"{folder} has no manifest"
     assert {path.name for path in folder.iterdir()} - {MANIFEST} <= manifest.entries
-
-
-def cli(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    """`hf-vanilla-transformer ARGV` in this process (the test preset registered): exit status, stdout, stderr less
-    the lines before the error (train's precision line goes to stdout; `datasets` bars end in "it/s]")."""
-    monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
-    try:
-        code = main(argv)
-    except SystemExit as exit_info:
-        code = exit_info.code
-    captured = capsys.readouterr()
-    lines = captured.err.replace("\r", "\n").splitlines()
-    return code, captured.out, "\n".join(line for line in lines if line.strip() and not line.endswith("/s]"))
 
 
 def convert(argv: list[str], capsys) -> tuple[int, str]:

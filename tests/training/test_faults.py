@@ -26,6 +26,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer.files import MANIFEST
 
+from ..conftest import cli
 from ..train_script import REPO, TEST_PRESET, command, environment, run, train_args, write_corpus
 
 MAX_STEPS = 24
@@ -206,22 +207,6 @@ def test_each_checkpoint_is_written_once(reference) -> None:
 
 # Issue 26, items 2-4: options refused before the run folder changes, one run per folder, --resume of the same run.
 # Refusals run the CLI in this process (a second or so each); training runs go through tests/train_script.py.
-
-
-def cli(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    """`hf-vanilla-transformer ARGV` in this process, the test preset registered: exit status, stdout, and stderr
-    less the progress bars of `datasets` (lines ending in "examples/s]")."""
-    from hf_vanilla_transformer.cli import main
-    from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
-
-    monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)
-    try:
-        code = main(argv)
-    except SystemExit as exit_info:
-        code = exit_info.code
-    captured = capsys.readouterr()
-    lines = captured.err.replace("\r", "\n").splitlines()
-    return code, captured.out, "\n".join(line for line in lines if line.strip() and not line.endswith("examples/s]"))
 
 
 def bpe_args(corpus: Path, output: Path, max_steps: int, *extra: str) -> list[str]:
@@ -682,8 +667,6 @@ def last_line(error: str) -> str:
 def test_disk_full_during_a_training_save_is_one_line(tmp_path, capsys, monkeypatch) -> None:
     """Before: `RuntimeError: [enforce fail at inline_container.cc:672]`, a traceback saying nothing about space."""
     from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
-
-    from ..train_script import TEST_PRESET
 
     def full_disk(obj, f, *args, **kwargs):
         raise RuntimeError(TORCH_DISK_FULL)
