@@ -54,6 +54,8 @@ from .training.recipes import DEFAULT_RECIPE, RECIPES, Recipe
 T = TypeVar("T")
 PROG = "hf-vanilla-transformer"
 PACKAGE_LOGGER = "hf_vanilla_transformer"
+# The positional argument of the commands that load a model folder.
+MODEL_DIR_HELP = "a saved model folder with its tokenizer"
 
 
 class CommandLineError(ValueError):
@@ -377,7 +379,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
         help="score a model folder on a test set (sacreBLEU, lowercased BLEU, chrF)",
         description="Translate a test set with the model's own decoding (§6.1 by default) and score it.",
     )
-    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
+    parser.add_argument("model_dir", help=MODEL_DIR_HELP)
     _add_options(parser, EvaluateOptions)
     parser.set_defaults(func=run_evaluate)
 
@@ -413,7 +415,7 @@ def _add_translate_parser(subparsers: Any) -> None:
         "it is done (--batch-size 1 for a line-by-line pipe); one output line per input line, in order, a blank "
         "line for a blank line.",
     )
-    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
+    parser.add_argument("model_dir", help=MODEL_DIR_HELP)
     parser.add_argument("text", nargs="*", help="sentences to translate; none: read lines from --input or stdin")
     parser.add_argument(
         "--input",
@@ -583,7 +585,7 @@ def _add_attention_parser(subparsers: Any) -> None:
         help="plot attention maps of one sentence",
         description="Plot encoder self-, decoder self- and encoder-decoder attention (layers x heads heatmaps).",
     )
-    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
+    parser.add_argument("model_dir", help=MODEL_DIR_HELP)
     parser.add_argument("sentence", help="the source sentence")
     _add_options(parser, AttentionOptions)
     parser.set_defaults(func=run_attention)
@@ -611,7 +613,7 @@ def _add_serve_parser(subparsers: Any) -> None:
         "batched into one generate() call. SIGTERM or Ctrl-C: the requests in flight are answered, then exit 0. "
         "Needs the serve extra (pip install -e '.[serve]').",
     )
-    parser.add_argument("model_dir", help="a saved model folder with its tokenizer")
+    parser.add_argument("model_dir", help=MODEL_DIR_HELP)
     _add_options(parser, ServeOptions)
     parser.set_defaults(func=run_serve)
 
