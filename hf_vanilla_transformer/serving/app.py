@@ -275,21 +275,13 @@ def _prefixes(body: TranslateRequest, count: int, limits: Limits) -> list[str | 
 
 def _translate_options(body: TranslateRequest, model: ServingModel, limits: Limits) -> TranslateOptions:
     """The request's decoding as the library's options, checked as `translate` checks them (422 naming the field)."""
+    # The request's decoding options are TranslateOptions fields of the same names; the text and prefixes go to the
+    # batcher, and a request without `max_input_tokens` takes the server's.
+    decoding = body.model_dump(exclude={"text", "prefix", "max_input_tokens"})
     options = TranslateOptions(
         model_dir="",  # the model is loaded: `Translator` reads only the decoding fields
-        num_beams=body.num_beams,
-        n_best=body.n_best,
-        length_penalty=body.length_penalty,
-        max_new_tokens=body.max_new_tokens,
+        **decoding,
         max_input_tokens=body.max_input_tokens if body.max_input_tokens is not None else limits.max_input_tokens,
-        num_return_sequences=body.num_return_sequences,
-        scores=body.scores,
-        sampling=body.sampling,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        temperature=body.temperature,
-        seed=body.seed,
-        alignments=body.alignments,
         bf16=model.bf16,
     )
     try:
