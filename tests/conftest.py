@@ -1,8 +1,12 @@
 """Shared fixtures and helpers: tiny configs, models and tokenizers (CPU, seconds), the command line run in this
 process, the reversal corpus, a tiny Trainer, an OPUS-MT-like Marian folder and a local fake Hub."""
 
+import gzip
 import io
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from conversion import marian
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.cli import main
 from hf_vanilla_transformer.model.configuration_vanilla_transformer import PRESETS
+from hf_vanilla_transformer.parallel_text import MULTI30K_DIR
 from hf_vanilla_transformer.training.data import tokenize_pairs
 from hf_vanilla_transformer.training.trainer import VanillaSeq2SeqTrainer, VanillaSeq2SeqTrainingArguments
 
@@ -159,6 +164,37 @@ def cli(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest
     code, out, err = run(argv, capsys)
     lines = err.replace("\r", "\n").splitlines()
     return code, out, "\n".join(line for line in lines if line.strip() and not line.endswith("/s]"))
+
+
+def run_script(
+    script: str, tmp_path: Path, *args: str, package: bool, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter (-P: not the current folder on the path) in `tmp_path`, offline unless `env`
+    (the whole environment) is given; without the package, behind WITHOUT_THE_PACKAGE."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    code = script if package else WITHOUT_THE_PACKAGE + script
+    return subprocess.run(
+        [sys.executable, "-P", "-c", code, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def write_multi30k_sample(folder: Path, pairs: int, test_pairs: int) -> Path:
+    """The first `pairs` bundled Multi30k EN-DE training pairs as `folder`/train.en and train.de, and their first
+    `test_pairs` as test.en and test.de (plain text); returns `folder`."""
+    for lang in ("en", "de"):
+        with gzip.open(MULTI30K_DIR / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
+            lines = [next(handle) for _ in range(pairs)]
+        (folder / f"train.{lang}").write_text("".join(lines), encoding="utf-8")
+        (folder / f"test.{lang}").write_text("".join(lines[:test_pairs]), encoding="utf-8")
+    return folder
 
 
 def one_line_error(code: int, err: str, *parts: str) -> None:

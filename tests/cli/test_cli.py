@@ -14,9 +14,8 @@ from transformers import pipeline
 from hf_vanilla_transformer.cli import _flag_wording, _option_flags, build_parser, main
 from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.hub import hub_files
-from hf_vanilla_transformer.training.data import MULTI30K_DIR
 
-from ..conftest import one_line_error, run
+from ..conftest import one_line_error, run, write_multi30k_sample
 
 
 @pytest.mark.parametrize(
@@ -115,13 +114,7 @@ def test_unwritable_output_folder_and_resume_without_checkpoints(tmp_path, capsy
 @pytest.fixture(scope="module")
 def multi30k(tmp_path_factory):
     """300 Multi30k training pairs and 4 test pairs as plain text files."""
-    folder = tmp_path_factory.mktemp("corpus")
-    for lang in ("en", "de"):
-        with gzip.open(MULTI30K_DIR / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-            lines = [next(handle) for _ in range(300)]
-        (folder / f"train.{lang}").write_text("".join(lines), encoding="utf-8")
-        (folder / f"test.{lang}").write_text("".join(lines[:4]), encoding="utf-8")
-    return folder
+    return write_multi30k_sample(tmp_path_factory.mktemp("corpus"), 300, 4)
 
 
 @pytest.fixture(scope="module")

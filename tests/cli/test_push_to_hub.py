@@ -3,12 +3,9 @@ server on 127.0.0.1 that huggingface_hub talks to as it talks to the Hub): `trai
 command and its errors, transformers' own push_to_hub, and from_pretrained of the uploaded repository with and
 without this package installed."""
 
-import gzip
 import json
 import os
 import socket
-import subprocess
-import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +18,9 @@ import hf_vanilla_transformer.training.train as train_module
 from hf_vanilla_transformer.files import MANIFEST
 from hf_vanilla_transformer.hub import push_folder_to_hub
 from hf_vanilla_transformer.model.generation_vanilla_transformer import paper_generation_config
-from hf_vanilla_transformer.training.data import MULTI30K_DIR
 from model_card import write_model_card
 
-from ..conftest import CODE_FILES, WITHOUT_THE_PACKAGE, run, tiny_model, tiny_tokenizer
+from ..conftest import CODE_FILES, run, run_script, tiny_model, tiny_tokenizer, write_multi30k_sample
 
 TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json"}
 MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "README.md"} | CODE_FILES
@@ -66,7 +62,7 @@ def check_config(content: bytes) -> None:
 
 # ------------------------------------------------------------------------------- train, push, load from the Hub
 
-REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
+REMOTE_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -92,11 +88,7 @@ def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, c
     )
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for lang in ("en", "de"):
-        with gzip.open(MULTI30K_DIR / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-            text = [next(handle) for _ in range(200)]
-        (corpus / f"train.{lang}").write_text("".join(text), encoding="utf-8")
-        (corpus / f"test.{lang}").write_text("".join(text[:2]), encoding="utf-8")
+    write_multi30k_sample(corpus, 200, 2)
     run_dir = tmp_path / "run"
     argv = [
         "train",
@@ -138,15 +130,7 @@ def test_train_pushes_its_model_folder_which_loads_from_the_hub(hub, tmp_path, c
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_", "TRANSFORMERS_"))}
     env |= {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf-home")}  # no token: downloads need none
-    result = subprocess.run(
-        [sys.executable, "-P", "-c", REMOTE_SCRIPT, "me/tiny-en-de", json.dumps(sentences)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_script(REMOTE_SCRIPT, tmp_path, "me/tiny-en-de", json.dumps(sentences), package=False, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     without_package = json.loads(line.removeprefix("RESULT "))

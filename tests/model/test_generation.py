@@ -4,9 +4,6 @@
 import json
 import logging
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from collections.abc import Iterator
@@ -29,7 +26,7 @@ from hf_vanilla_transformer.model.generation_vanilla_transformer import (
     paper_generation_config,
 )
 
-from ..conftest import WITHOUT_THE_PACKAGE, random_batch, tiny_model, tiny_tokenizer
+from ..conftest import random_batch, run_script, tiny_model, tiny_tokenizer
 
 PAD, EOS = 1, 2
 
@@ -462,7 +459,7 @@ def test_unset_length_is_the_source_length_plus_50(settings: str) -> None:
         assert sequence.index(EOS) == int(batch["attention_mask"][row].sum()) + 50
 
 
-REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
+REMOTE_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -491,17 +488,9 @@ def test_paper_decoding_is_the_default_in_the_pipeline_and_as_remote_code(tmp_pa
     texts = tokenizer.batch_decode(expected, skip_special_tokens=True)
     assert translator(sentences) == [{"translation_text": text} for text in texts]
 
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     out_file = str(tmp_path / "remote.json")
-    result = subprocess.run(
-        [sys.executable, "-P", "-c", REMOTE_SCRIPT, str(tmp_path / "model"), json.dumps(sentences), out_file],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_script(
+        REMOTE_SCRIPT, tmp_path, str(tmp_path / "model"), json.dumps(sentences), out_file, package=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     remote = json.loads(Path(out_file).read_text())

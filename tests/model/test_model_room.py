@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,7 +17,7 @@ from transformers import AutoModelForSeq2SeqLM
 import hf_vanilla_transformer.model
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
-from ..conftest import CODE_FILES, WITHOUT_THE_PACKAGE, random_batch, tiny_model
+from ..conftest import CODE_FILES, random_batch, run_script, tiny_model
 
 MODEL_ROOM = Path(hf_vanilla_transformer.model.__file__).parent
 ROOM_FILES = frozenset(path.name for path in MODEL_ROOM.glob("*.py") if path.name != "__init__.py")
@@ -145,23 +143,6 @@ SNAPSHOT_SCRIPT = textwrap.dedent(
     }, open(out_file, "w"))
     """
 )
-
-
-def run_script(script: str, tmp_path: Path, *args: str, package: bool) -> subprocess.CompletedProcess:
-    """`script` in a fresh interpreter (-P: not the current folder on the path), offline, in `tmp_path`; without the
-    package, behind WITHOUT_THE_PACKAGE."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    code = script if package else WITHOUT_THE_PACKAGE + script
-    return subprocess.run(
-        [sys.executable, "-P", "-c", code, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("package", [True, False], ids=["with-the-package", "remote-code"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import pipeline
 
-from ..conftest import WITHOUT_THE_PACKAGE, tiny_model, tiny_tokenizer
+from ..conftest import run_script, tiny_model, tiny_tokenizer
 
 SENTENCES = ["w5 w6 w7 w8", "w9 w10", "w11 w12 w13 w14 w15 w16"]
 
@@ -57,7 +57,7 @@ def test_pipeline_generation_parameters(saved_dir: Path) -> None:
     assert [item[0]["translation_text"] for item in several] == beams
 
 
-REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
+REMOTE_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import torch
@@ -81,16 +81,8 @@ REMOTE_SCRIPT = WITHOUT_THE_PACKAGE + textwrap.dedent(
 
 
 def test_remote_code_in_a_process_without_the_package(saved_dir: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "-P", "-c", REMOTE_SCRIPT, str(saved_dir), json.dumps(SENTENCES), str(tmp_path / "out.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_script(
+        REMOTE_SCRIPT, tmp_path, str(saved_dir), json.dumps(SENTENCES), str(tmp_path / "out.json"), package=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     remote = json.loads((tmp_path / "out.json").read_text())

@@ -23,7 +23,7 @@ from hf_vanilla_transformer.training.trainer import (
     resolve_bf16,
 )
 
-from ..conftest import make_trainer, tiny_setup
+from ..conftest import make_trainer, tiny_setup, write_multi30k_sample
 
 
 def random_lengths(n: int, seed: int) -> tuple[list[int], list[int]]:
@@ -660,14 +660,12 @@ def test_the_quick_recipe_cuts_the_test_decoding_and_says_so(tmp_path, monkeypat
     200 sentences, greedy; `make train ARGS="--max-time 2m"` decoded all of test_2016 with beam 4, twice, which an
     untrained model makes a quarter hour). Here with the cut at 3 of 5 test sentences: both scorings decode 3,
     greedily, and the card says its scores are a trial's."""
-    import gzip
     import re
     from dataclasses import replace
     from pathlib import Path
 
     import hf_vanilla_transformer.training.train as train_module
     from hf_vanilla_transformer.cli import main
-    from hf_vanilla_transformer.training.data import MULTI30K_DIR
     from hf_vanilla_transformer.training.recipes import RECIPES
 
     quick = RECIPES["quick"]
@@ -684,11 +682,7 @@ def test_the_quick_recipe_cuts_the_test_decoding_and_says_so(tmp_path, monkeypat
     monkeypatch.setitem(PRESETS, "transformer-test", TEST_PRESET)  # seconds, not minutes, on 2 cores
     plot = train_module.plot_attention_maps  # one layer and head: the figures are tested elsewhere
     monkeypatch.setattr(train_module, "plot_attention_maps", lambda o: plot(replace(o, layers=[0], heads=[0])))
-    for lang in ("en", "de"):
-        with gzip.open(MULTI30K_DIR / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-            lines = [next(handle) for _ in range(300)]
-        (tmp_path / f"train.{lang}").write_text("".join(lines), encoding="utf-8")
-        (tmp_path / f"test.{lang}").write_text("".join(lines[:5]), encoding="utf-8")
+    write_multi30k_sample(tmp_path, 300, 5)
     run = tmp_path / "run"
     argv = [
         *("train", "--recipe", "quick", "--train-src", str(tmp_path / "train.en")),
