@@ -36,6 +36,7 @@ from .loading import (
     load_tokenizer,
     max_input_tokens_option,
     model_folder,
+    num_beams_option,
     trained_languages,
     trust_remote_code_option,
 )
@@ -154,7 +155,7 @@ class EvaluateOptions:
     src: str | os.PathLike | None = option(None, help="a source file instead of Multi30k (one sentence per line)")
     ref: str | os.PathLike | None = option(None, help="its reference file")
     batch_size: int = option(64, help="sentences per batch", parse=positive_int)
-    num_beams: int | None = option(None, help="override the model's beam size", parse=positive_int)
+    num_beams: int | None = num_beams_option()
     # α, with the model's kind of penalty (§6.1: GNMT, 0.6)
     length_penalty: float | None = option(
         None, help="override the model's length penalty α (its kind stays)", parse=finite_float

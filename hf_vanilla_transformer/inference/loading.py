@@ -44,6 +44,11 @@ def max_input_tokens_option() -> Any:
     )
 
 
+def num_beams_option() -> Any:
+    """The `num_beams` option of the commands that decode with the model's own decoding: None, the model's."""
+    return option(None, help="override the model's beam size", parse=positive_int)
+
+
 def device_option() -> Any:
     """The `device` option of the commands that decode on a device they pick (one of DEVICES)."""
     return option("auto", help="auto: a GPU if any", choices=DEVICES)

@@ -37,6 +37,7 @@ from .loading import (
     load_tokenizer,
     max_input_tokens_option,
     model_folder,
+    num_beams_option,
     trust_remote_code_option,
 )
 
@@ -63,7 +64,7 @@ class TranslateOptions:
     model_dir: str | os.PathLike
     sentences: Sequence[str] = ()
     batch_size: int = option(32, help="lines per chunk (one batch)", parse=positive_int)
-    num_beams: int | None = option(None, help="override the model's beam size", parse=positive_int)
+    num_beams: int | None = num_beams_option()
     length_penalty: float | None = option(
         None, help="override the model's length penalty alpha (its kind stays)", parse=float
     )  # any float: check_decoding words a value out of range in one line
